@@ -1,0 +1,47 @@
+"""partialcoll: partial collective operations over MPI.
+
+A C schedule executor (send/recv/reduce/copy/NOP graphs with all-of/any-of
+dependencies, consumable ops and self-re-arming persistent schedules, run by
+a progress thread that never holds the GIL), and collectives built on it.
+
+Quick start (``mpiexec -n 4 python prog.py``)::
+
+    import numpy as np
+    import partialcoll as pc
+    total = pc.allreduce(np.ones(10))          # like comm.Allreduce
+    req = pc.iallreduce(np.ones(10)); total = req.wait()
+"""
+from mpi4py import rc as _rc
+
+if getattr(_rc, "thread_level", "multiple") != "multiple":
+    # respect an explicit user choice; the executor refuses clearly later
+    pass
+from mpi4py import MPI  # noqa: E402  (loads libmpi before our extension)
+
+from . import _core  # noqa: E402
+from ._errors import (PartialcollError, ScheduleBusyError,  # noqa: E402
+                      ScheduleError, ScheduleFreedError, ThreadLevelError,
+                      TransportError, WaitTimeout)
+from .ops import OPS as _OPS, Op, as_op  # noqa: E402
+from .schedule import ALL, ANY, Request, Schedule, Slot  # noqa: E402
+
+SUM, PROD, MIN, MAX = _OPS["SUM"], _OPS["PROD"], _OPS["MIN"], _OPS["MAX"]
+LAND, LOR, LXOR = _OPS["LAND"], _OPS["LOR"], _OPS["LXOR"]
+BAND, BOR, BXOR = _OPS["BAND"], _OPS["BOR"], _OPS["BXOR"]
+
+from .collectives.allreduce import allreduce, iallreduce  # noqa: E402
+from . import _comm  # noqa: E402,F401  (registers the exit handler)
+
+
+def progress_thread_cputime():
+    """CPU seconds the progress thread has used so far (0 if not started)."""
+    return _core.thread_cputime()
+
+
+__version__ = "0.1.0"
+__all__ = ["Schedule", "Slot", "Request", "ALL", "ANY", "Op", "as_op",
+           "SUM", "PROD", "MIN", "MAX", "LAND", "LOR", "LXOR", "BAND", "BOR",
+           "BXOR", "allreduce", "iallreduce", "PartialcollError",
+           "ScheduleError", "ScheduleBusyError", "ScheduleFreedError",
+           "ThreadLevelError", "TransportError", "WaitTimeout",
+           "progress_thread_cputime"]

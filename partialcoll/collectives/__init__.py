@@ -1,0 +1,1 @@
+"""Collectives built as schedules on the executor (one builder per algorithm)."""

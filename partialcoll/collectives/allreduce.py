@@ -1,0 +1,240 @@
+"""Full allreduce as schedules: builders, algorithm choice and entry points.
+
+Each builder only appends operations to a :class:`~partialcoll.Schedule`
+whose slots are ``send`` (slot 0), ``recv`` (slot 1) and ``tmp`` (slot 2).
+The reduced vector ends in ``recv`` on every rank, bit-identical across ranks
+(every combining step computes ``a op b`` on one side and ``b op a`` on the
+other, and the ops are commutative elementwise).
+"""
+import numpy as np
+from mpi4py import MPI
+
+from .. import _env
+from .._buffers import as_array
+from .._comm import library_comm
+from .._errors import ScheduleError
+from ..ops import OPS, as_op, check_op_dtype
+
+SUM = OPS["SUM"]
+from ..schedule import Request, Schedule
+
+#: messages up to this many bytes use recursive doubling (else ring)
+DEFAULT_THRESHOLD = 16384
+ALGORITHMS = ("recursive_doubling", "ring")
+
+
+def build_recursive_doubling(s, size, rank, send, recv, tmp, op, inplace):
+    """Recursive doubling; non-powers of two fold the excess ranks first.
+
+    P = 6 (p2 = 4, rem = 2): ranks 0 and 2 hand their vector to 1 and 3 and
+    wait; the remaining four exchange full vectors over log2(4) = 2 rounds;
+    1 and 3 hand the result back::
+
+        fold     0->1   2->3
+        round 0  1<->3' ... (new ranks 0..3: 1,3,4,5; partner = new ^ 1)
+        round 1  partner = new ^ 2
+        unfold   1->0   3->2
+
+    Returns the index of the last op.
+    """
+    prev = [] if inplace else [s.copy(recv, send)]
+    p2 = 1 << (size.bit_length() - 1)
+    rem = size - p2
+    steps = p2.bit_length() - 1
+    unfold_tag = steps + 1
+    if rank < 2 * rem and rank % 2 == 0:            # folded away
+        snd = s.send(recv, rank + 1, tag=0, after=prev)
+        return s.recv(recv, rank + 1, tag=unfold_tag, after=[snd])
+    if rank < 2 * rem:                              # absorbs rank - 1
+        r = s.recv(tmp, rank - 1, tag=0)
+        prev = [s.reduce(recv, tmp, op, after=prev + [r])]
+        new = rank // 2
+    else:
+        new = rank - rem
+    for k in range(steps):
+        pnew = new ^ (1 << k)
+        peer = 2 * pnew + 1 if pnew < rem else pnew + rem
+        snd = s.send(recv, peer, tag=k + 1, after=prev)
+        rcv = s.recv(tmp, peer, tag=k + 1, after=prev)
+        prev = [s.reduce(recv, tmp, op, after=[snd, rcv])]
+    if rank < 2 * rem:
+        return s.send(recv, rank - 1, tag=unfold_tag, after=prev)
+    return prev[0]
+
+
+def build_ring(s, size, rank, send, recv, tmp, op, inplace):
+    """Ring reduce-scatter followed by a ring allgather (bandwidth optimal).
+
+    The vector is cut into P chunks.  In reduce-scatter step t, rank r sends
+    chunk (r - t) to r + 1 and adds chunk (r - t - 1) received from r - 1;
+    after P - 1 steps rank r owns the full sum of chunk (r + 1).  The
+    allgather passes finished chunks around the ring for P - 1 more steps::
+
+        P = 3, chunk owned after reduce-scatter:  r0: c1  r1: c2  r2: c0
+        step   0          1
+        r0     send c0    send c2      (then allgather c1, c0)
+        r1     send c1    send c0
+        r2     send c2    send c1
+
+    Received chunks land in two alternating halves of ``tmp``.
+    """
+    n = recv.size
+    counts = [n // size + (1 if i < n % size else 0) for i in range(size)]
+    offs = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+    half = max(counts)
+    chunk = [recv[offs[i]:offs[i + 1]] for i in range(size)]
+    right, left = (rank + 1) % size, (rank - 1) % size
+    init = [] if inplace else [s.copy(recv, send)]
+    reds, snds = [], []
+    for t in range(size - 1):
+        sc, rc = (rank - t) % size, (rank - t - 1) % size
+        buf = tmp[(t % 2) * half:(t % 2) * half + counts[rc]]
+        snds.append(s.send(chunk[sc], right, tag=t, after=reds[-1:] or init))
+        rcv = s.recv(buf, left, tag=t, after=reds[-2:-1])
+        reds.append(s.reduce(chunk[rc], buf, op, after=[rcv] + init))
+    last = reds[-1:]
+    for t in range(size - 1):
+        sc, rc = (rank + 1 - t) % size, (rank - t) % size
+        s.send(chunk[sc], right, tag=size - 1 + t, after=last)
+        last = [s.recv(chunk[rc], left, tag=size - 1 + t,
+                       after=[reds[-1], snds[t]] + last)]
+
+
+BUILDERS = {"recursive_doubling": build_recursive_doubling, "ring": build_ring}
+
+
+def choose_algorithm(nbytes, count, size, algorithm=None):
+    """Pick an algorithm: ``algorithm`` argument, else the
+    ``PARTIALCOLL_ALLREDUCE_ALGORITHM`` variable, else recursive doubling up
+    to ``PARTIALCOLL_ALLREDUCE_THRESHOLD`` bytes (default 16 KiB) and ring
+    above (ring needs at least one element per rank)."""
+    algo = algorithm or _env.get(_env.ALLREDUCE_ALGORITHM)
+    if algo is not None:
+        if algo not in ALGORITHMS:
+            raise ScheduleError(f"unknown allreduce algorithm {algo!r}; "
+                                f"choose from {', '.join(ALGORITHMS)}")
+        return algo
+    threshold = _env.get(_env.ALLREDUCE_THRESHOLD, DEFAULT_THRESHOLD, int)
+    return "ring" if nbytes > threshold and count >= size else "recursive_doubling"
+
+
+class _Pool:
+    """Committed schedules by (comm, algorithm, count, dtype, op, in-place)."""
+
+    def __init__(self):
+        self._pool = {}
+
+    def get(self, lc, algo, count, dtype, op, inplace):
+        key = (id(lc), algo, count, dtype.str, op.name, inplace)
+        for sched in self._pool.get(key, ()):
+            core = sched._core_sched()
+            if core.posted == core.done:
+                return sched
+        s = Schedule(lc.comm)
+        send = s.buffer(dtype=dtype, size=count, writable=False, name="send")
+        recv = s.buffer(dtype=dtype, size=count, name="recv")
+        tmp_size = count if algo == "recursive_doubling" else \
+            2 * (count // lc.size + 1)
+        tmp = s.buffer(np.empty(tmp_size, dtype), name="tmp")
+        BUILDERS[algo](s, lc.size, lc.rank, send, recv, tmp, op, inplace)
+        s.commit()
+        s.ntags = 2 * lc.size + 2
+        self._pool.setdefault(key, []).append(s)
+        return s
+
+
+_pool = _Pool()
+
+
+def _prepare(sendbuf, recvbuf, op, comm):
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
+        raise ScheduleError("comm must be a valid mpi4py communicator")
+    if sendbuf is MPI.IN_PLACE or (sendbuf is recvbuf and sendbuf is not None):
+        if recvbuf is None:
+            raise ScheduleError("MPI.IN_PLACE needs recvbuf")
+        recv = as_array(recvbuf, "recvbuf")
+        send = recv
+    else:
+        send = as_array(sendbuf, "sendbuf")
+        recv = np.empty_like(send) if recvbuf is None else as_array(recvbuf, "recvbuf")
+        if np.shares_memory(send, recv) and send is not recv:
+            raise ScheduleError("sendbuf and recvbuf overlap; use MPI.IN_PLACE "
+                                "or pass the same array for in-place")
+    if recv.dtype != send.dtype or recv.size != send.size:
+        raise ScheduleError(f"recvbuf ({recv.dtype}[{recv.size}]) does not "
+                            f"match sendbuf ({send.dtype}[{send.size}])")
+    if not recv.flags.writeable:
+        raise ScheduleError("recvbuf is read-only")
+    op = as_op(op)
+    check_op_dtype(op, send.dtype)
+    return send, recv, op, comm
+
+
+def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
+    """Start a non-blocking allreduce; ``wait()`` returns the result array.
+
+    Args:
+        sendbuf: NumPy array, buffer-protocol object, mpi4py spec
+            ``[buf, MPI.DOUBLE]``, or ``MPI.IN_PLACE``.
+        recvbuf: where the result goes (allocated when None); pass the same
+            object as ``sendbuf`` for an in-place reduction.
+        op: ``partialcoll.SUM`` etc., or ``MPI.SUM``-style constants.
+        comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
+        algorithm: ``"recursive_doubling"`` or ``"ring"`` (default: by size).
+
+    Example::
+
+        req = partialcoll.iallreduce(np.ones(1000))
+        ...                      # overlap computation
+        total = req.wait()
+    """
+    send, recv, op, comm = _prepare(sendbuf, recvbuf, op, comm)
+    inplace = send is recv
+    if comm.Get_size() == 1 or send.size == 0:
+        if not inplace:
+            recv[...] = send
+        return _Done(recv)
+    lc = library_comm(comm)
+    algo = choose_algorithm(send.nbytes, send.size, lc.size, algorithm)
+    sched = _pool.get(lc, algo, send.size, send.dtype, op, inplace)
+    core = sched._core_sched()
+    core.set_tag_base(lc.tag_block(sched.ntags))
+    core.bind(0, send, False)
+    core.bind(1, recv, True)
+    return Request(sched, core.post(), recv)
+
+
+def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
+    """Blocking allreduce on the executor; returns the result array.
+
+    Same arguments as :func:`iallreduce`.  Example::
+
+        total = partialcoll.allreduce(np.arange(4.0))   # elementwise sum
+    """
+    send, recv, op, comm = _prepare(sendbuf, recvbuf, op, comm)
+    inplace = send is recv
+    if comm.Get_size() == 1 or send.size == 0:
+        if not inplace:
+            recv[...] = send
+        return recv
+    lc = library_comm(comm)
+    algo = choose_algorithm(send.nbytes, send.size, lc.size, algorithm)
+    sched = _pool.get(lc, algo, send.size, send.dtype, op, inplace)
+    core = sched._core_sched()
+    core.set_tag_base(lc.tag_block(sched.ntags))
+    core.run(send, recv)
+    return recv
+
+
+class _Done:
+    """A request that is already complete (P = 1, empty buffers)."""
+
+    def __init__(self, result):
+        self._result = result
+
+    def test(self):
+        return True
+
+    def wait(self, timeout=None):
+        return self._result

@@ -1,0 +1,92 @@
+"""Reduction operators and datatypes.
+
+``partialcoll.SUM`` etc. are :class:`Op` objects whose codes come from the C
+core.  Wherever an op is accepted, mpi4py's ``MPI.SUM``-style constants and
+the names ("sum", "SUM") are accepted too.
+"""
+import numpy as np
+from mpi4py import MPI
+
+from . import _core
+from ._errors import ScheduleError
+
+_C = _core.constants()
+
+
+class Op:
+    """A reduction operator of the executor (``dst = dst op src``)."""
+
+    __slots__ = ("name", "code", "dtypes")
+
+    def __init__(self, name, code, dtypes):
+        self.name, self.code = name, code
+        self.dtypes = frozenset(np.dtype(d) for d in dtypes)
+
+    def __repr__(self):
+        return f"partialcoll.{self.name}"
+
+    def __reduce__(self):
+        return (_by_name, (self.name,))
+
+    def identity(self, dtype):
+        """The identity element of this op for ``dtype`` (a NumPy scalar)."""
+        dtype = np.dtype(dtype)
+        kind = dtype.kind
+        if self.name in ("SUM", "BOR", "BXOR", "LOR", "LXOR"):
+            return dtype.type(0)
+        if self.name in ("PROD", "LAND"):
+            return dtype.type(1)
+        if self.name == "BAND":
+            return dtype.type(True) if kind == "b" else dtype.type(~dtype.type(0))
+        info = np.iinfo(dtype) if kind in "iu" else np.finfo(dtype)
+        return dtype.type(info.max if self.name == "MIN" else info.min)
+
+
+OPS = {name: Op(name, code, dts) for name, (code, dts) in _C["redops"].items()}
+_MPI_OPS = [(getattr(MPI, name), name) for name in OPS]
+
+
+def _by_name(name):
+    return OPS[name]
+
+
+def as_op(op):
+    """Normalise ``op`` (Op, mpi4py ``MPI.Op`` or name) to an :class:`Op`."""
+    if isinstance(op, Op):
+        return op
+    if isinstance(op, MPI.Op):
+        for mop, name in _MPI_OPS:
+            if op == mop:
+                return OPS[name]
+        raise ScheduleError(f"unsupported MPI reduction operator {op!r}; "
+                            f"supported: {', '.join(OPS)}")
+    if isinstance(op, str) and op.upper() in OPS:
+        return OPS[op.upper()]
+    raise ScheduleError(f"unknown reduction operator {op!r}; use one of "
+                        f"partialcoll.{', partialcoll.'.join(OPS)}")
+
+
+# dtype name -> (code, itemsize, kind); longdouble/clongdouble keyed by numpy
+DTYPES = {}
+for _name, (_code, _size, _kind) in _C["dtypes"].items():
+    DTYPES[np.dtype(_name)] = (_code, _size, _kind)
+
+
+def dtype_code(dtype):
+    """The C core's code for a NumPy dtype, or a clear error."""
+    dtype = np.dtype(dtype)
+    if not dtype.isnative:
+        raise ScheduleError(f"dtype {dtype} is not in native byte order")
+    try:
+        return DTYPES[dtype][0]
+    except KeyError:
+        supported = ", ".join(sorted(str(d) for d in DTYPES))
+        raise ScheduleError(f"dtype {dtype} has no MPI basic type; "
+                            f"supported: {supported}") from None
+
+
+def check_op_dtype(op, dtype):
+    dtype = np.dtype(dtype)
+    dtype_code(dtype)
+    if dtype not in op.dtypes:
+        raise ScheduleError(f"reduction {op.name} is not defined for {dtype}")

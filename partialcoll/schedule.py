@@ -1,0 +1,352 @@
+"""The public schedule API: build a graph of operations, commit it, post it.
+
+A :class:`Schedule` is a DAG of operations (send, recv, reduce, copy, NOP and
+application triggers) executed in *rounds* by the C progress thread; see
+``csrc/pc_sched.h`` for the exact semantics.  In short:
+
+* ``after=[a, b]`` with ``mode=ALL`` fires when both ``a`` and ``b`` completed
+  in this round; ``mode=ANY`` fires on the first of them.  Every op runs at
+  most once per round (ops are *consumable*): a surplus input of an ANY op
+  (a second predecessor completing in the same round) is discarded.
+* A round ends when every non-optional op completed.  A persistent schedule
+  re-arms itself for the next round with no help from the application.
+* Triggers are NOPs that only the application fires: ``fire(t)`` banks one
+  fire (consumed by exactly one round, never lost); ``fire(t, round=r)`` only
+  fires round ``r`` and is discarded if that round is already past.
+* ``stamped=True`` messages carry the round number: a late one (its round is
+  over) is discarded, an early one is kept for its round.
+
+Example (two ranks exchange and sum a vector)::
+
+    import numpy as np, partialcoll as pc
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    x, tmp = np.full(4, comm.rank + 1.0), np.empty(4)
+    s = pc.Schedule(comm)
+    bx, bt = s.buffer(x), s.buffer(tmp)
+    peer = 1 - comm.rank
+    snd = s.send(bx, peer)
+    rcv = s.recv(bt, peer)
+    s.reduce(bx, bt, pc.SUM, after=[snd, rcv])
+    s.post().wait()          # x == [3, 3, 3, 3] on both ranks
+"""
+import weakref
+
+import numpy as np
+from mpi4py import MPI
+
+from . import _core
+from ._errors import ScheduleError, ScheduleFreedError
+from .ops import OPS, as_op, check_op_dtype, dtype_code
+
+SUM = OPS["SUM"]
+
+_C = _core.constants()
+ALL, ANY = _C["ALL"], _C["ANY"]
+_KIND_NAMES = {_C[k]: k.lower() for k in
+               ("NOP", "TRIGGER", "SEND", "RECV", "REDUCE", "COPY")}
+_LIVE = weakref.WeakSet()          # every committed schedule, freed at exit
+
+
+class Slot:
+    """A named buffer of a schedule.  ``slot[a:b]`` selects elements."""
+
+    def __init__(self, index, dtype, size, writable, name):
+        self.index, self.dtype, self.size = index, np.dtype(dtype), size
+        self.writable, self.name = writable, name
+
+    def __getitem__(self, key):
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise ScheduleError("select buffer elements with slot[a:b]")
+        start, stop, _ = key.indices(self.size)
+        return BufRef(self, start, max(stop - start, 0))
+
+    def __repr__(self):
+        return f"<Slot {self.name} {self.dtype}[{self.size}]>"
+
+
+class BufRef:
+    """``count`` elements of a slot starting at element ``start``."""
+
+    def __init__(self, slot, start, count):
+        self.slot, self.start, self.count = slot, start, count
+
+    def __repr__(self):
+        return f"{self.slot.name}[{self.start}:{self.start + self.count}]"
+
+
+def _ref(buf):
+    if isinstance(buf, Slot):
+        return BufRef(buf, 0, buf.size)
+    if isinstance(buf, BufRef):
+        return buf
+    raise ScheduleError(f"expected a Slot or slot[a:b], got {type(buf).__name__}")
+
+
+class Request:
+    """One posted round of a non-persistent schedule (``test``/``wait``)."""
+
+    def __init__(self, sched, round_count, result=None):
+        self._sched, self._upto, self._result = sched, round_count, result
+
+    def test(self):
+        """True when the round completed (raises if it failed)."""
+        return self._sched._core_sched().test(self._upto)
+
+    def wait(self, timeout=None):
+        """Block (GIL released) until the round completed; return its result."""
+        self._sched._core_sched().wait(
+            self._upto, -1.0 if timeout is None else float(timeout))
+        return self._result() if callable(self._result) else self._result
+
+
+class Schedule:
+    """A graph of operations executed asynchronously by the C progress thread.
+
+    Args:
+        comm: mpi4py communicator the sends and receives use (default
+            ``MPI.COMM_WORLD``).  Collectives give each schedule a duplicate;
+            a hand-built schedule uses exactly the communicator it is given.
+        persistent: re-arm automatically after every round.
+    """
+
+    def __init__(self, comm=None, persistent=False):
+        self.comm = MPI.COMM_WORLD if comm is None else comm
+        if not isinstance(self.comm, MPI.Comm):
+            raise ScheduleError("comm must be an mpi4py communicator")
+        self.persistent = bool(persistent)
+        self._ops = []          # dicts, in append order
+        self._slots = []
+        self._arrays = {}       # slot index -> array bound at build time
+        self._sched = None
+        self._freed = False
+
+    # -- building -------------------------------------------------------
+    def buffer(self, array=None, *, dtype=None, size=None, writable=None,
+               name=None):
+        """Declare a buffer slot, optionally binding ``array`` to it now."""
+        self._check_building()
+        if array is not None:
+            arr = np.asarray(array) if not isinstance(array, np.ndarray) else array
+            dtype, size = arr.dtype, arr.size
+            if writable is None:
+                writable = arr.flags.writeable
+        if dtype is None or size is None:
+            raise ScheduleError("buffer() needs an array or dtype= and size=")
+        dtype_code(dtype)
+        slot = Slot(len(self._slots), dtype, int(size),
+                    True if writable is None else bool(writable),
+                    name or f"b{len(self._slots)}")
+        self._slots.append(slot)
+        if array is not None:
+            self._arrays[slot.index] = array
+        return slot
+
+    def _add(self, kind, after=(), mode=ALL, optional=False, stamped=False,
+             a=None, b=None, op=None, peer=-1, tag=0, priority=0):
+        self._check_building()
+        deps = [after] if isinstance(after, (int, np.integer)) else list(after)
+        deps = list(dict.fromkeys(int(d) if isinstance(d, np.integer) else d
+                                  for d in deps))
+        for d in deps:
+            if not isinstance(d, (int, np.integer)) or not 0 <= d < len(self._ops):
+                raise ScheduleError(f"dependency {d!r} is not an op of this "
+                                    "schedule (ops can only depend on earlier ops)")
+        if mode not in (ALL, ANY):
+            raise ScheduleError("mode must be partialcoll.ALL or partialcoll.ANY")
+        if a is not None and b is not None and a.count != b.count:
+            raise ScheduleError(f"{a} and {b} have different lengths")
+        if a is not None and b is not None and a.slot.dtype != b.slot.dtype:
+            raise ScheduleError(f"{a} and {b} have different dtypes")
+        self._ops.append(dict(kind=kind, deps=[int(d) for d in deps], mode=mode,
+                              optional=optional, stamped=stamped, a=a, b=b,
+                              op=op, peer=int(peer), tag=int(tag),
+                              priority=int(priority)))
+        return len(self._ops) - 1
+
+    def nop(self, after=(), mode=ALL, optional=False):
+        """A no-op: completes as soon as its dependencies allow."""
+        return self._add(_C["NOP"], after, mode, optional)
+
+    def trigger(self, optional=False):
+        """A NOP that only :meth:`fire` completes (the internal activation)."""
+        return self._add(_C["TRIGGER"], (), ALL, optional)
+
+    def send(self, buf=None, peer=0, tag=0, *, after=(), mode=ALL,
+             optional=False, stamped=False, priority=0):
+        """Send ``buf`` (a slot or slot[a:b]) to ``peer``.
+
+        ``stamped=True`` sends no data, only the round number (activation
+        messages)."""
+        a = None if stamped else _ref(buf)
+        return self._add(_C["SEND"], after, mode, optional, stamped, a=a,
+                         peer=peer, tag=tag, priority=priority)
+
+    def recv(self, buf=None, peer=0, tag=0, *, after=(), mode=ALL,
+             optional=False, stamped=False, priority=0):
+        """Receive into ``buf`` from ``peer``.  A stamped receive has no
+        dependencies and stays posted for the life of the schedule."""
+        a = None if stamped else _ref(buf)
+        if stamped and after:
+            raise ScheduleError("a stamped receive cannot have dependencies")
+        if a is not None and not a.slot.writable:
+            raise ScheduleError(f"receive buffer {a} is read-only")
+        return self._add(_C["RECV"], after, mode, optional, stamped, a=a,
+                         peer=peer, tag=tag, priority=priority)
+
+    def reduce(self, dst, src, op=SUM, *, after=(), mode=ALL, optional=False):
+        """``dst = dst op src`` elementwise, on the executing thread."""
+        op = as_op(op)
+        dst, src = _ref(dst), _ref(src)
+        check_op_dtype(op, dst.slot.dtype)
+        if not dst.slot.writable:
+            raise ScheduleError(f"reduction target {dst} is read-only")
+        return self._add(_C["REDUCE"], after, mode, optional, a=dst, b=src,
+                         op=op)
+
+    def copy(self, dst, src, *, after=(), mode=ALL, optional=False):
+        """``dst = src``."""
+        dst, src = _ref(dst), _ref(src)
+        if not dst.slot.writable:
+            raise ScheduleError(f"copy target {dst} is read-only")
+        return self._add(_C["COPY"], after, mode, optional, a=dst, b=src)
+
+    def __len__(self):
+        return len(self._ops)
+
+    # -- commit / bind / post -------------------------------------------
+    def _descriptors(self):
+        n, D = len(self._ops), _C["DESC_LEN"]
+        desc = np.zeros((n, D), dtype=np.int64)
+        deps = []
+        for i, o in enumerate(self._ops):
+            a, b = o["a"], o["b"]
+            flags = (_C["F_OPTIONAL"] if o["optional"] else 0) | \
+                    (_C["F_STAMPED"] if o["stamped"] else 0)
+            item = a.slot.dtype.itemsize if a is not None else 0
+            desc[i] = [o["kind"], o["mode"], flags,
+                       a.slot.index if a else -1, a.start * item if a else 0,
+                       b.slot.index if b else -1, b.start * item if b else 0,
+                       a.count if a else 0,
+                       dtype_code(a.slot.dtype) if a else 0,
+                       o["op"].code if o["op"] else 0,
+                       o["peer"], o["tag"] if o["peer"] >= 0 else 0,
+                       o["priority"], len(o["deps"]), len(deps)]
+            deps.extend(o["deps"])
+        return desc.tobytes(), np.asarray(deps, dtype=np.int64).tobytes()
+
+    def commit(self):
+        """Validate the graph and hand it to the C core (done by post())."""
+        if self._sched is not None:
+            return self
+        self._check_building()
+        desc, deps = self._descriptors()
+        self._sched = _core.Sched(desc, deps, len(self._slots),
+                                  MPI._addressof(self.comm), self.persistent,
+                                  self.comm)
+        _LIVE.add(self)
+        for index, arr in self._arrays.items():
+            self.bind(self._slots[index], arr)
+        return self
+
+    def bind(self, slot, array):
+        """Bind ``array`` (C-contiguous, right dtype and size) to ``slot``."""
+        slot = slot if isinstance(slot, Slot) else self._slots[slot]
+        arr = array if isinstance(array, np.ndarray) else np.asarray(array)
+        if arr.dtype != slot.dtype or arr.size < slot.size:
+            raise ScheduleError(f"{slot} cannot take a {arr.dtype}[{arr.size}] "
+                                "buffer")
+        if slot.writable and not arr.flags.writeable:
+            raise ScheduleError(f"{slot} is written to but the buffer is "
+                                "read-only")
+        self.commit()._core_sched().bind(slot.index, arr, slot.writable)
+        self._arrays[slot.index] = array
+
+    def post(self):
+        """Start one round (or, for a persistent schedule, the endless series
+        of rounds).  Returns a :class:`Request` for that round."""
+        count = self.commit()._core_sched().post()
+        return Request(self, count)
+
+    def fire(self, trigger, round=None):
+        """Fire a trigger op: banked when ``round`` is None, else only for
+        that round (discarded if the round is over)."""
+        self._core_sched().fire(int(trigger), -1 if round is None else int(round))
+
+    def wait(self, round=None, timeout=None):
+        """Wait until round number ``round`` (0-based) has completed; the
+        default is the last posted round.  Returns the rounds completed."""
+        s = self._core_sched()
+        upto = s.posted if round is None else int(round) + 1
+        return s.wait(upto, -1.0 if timeout is None else float(timeout))
+
+    def test(self, round=None):
+        s = self._core_sched()
+        return s.test(s.posted if round is None else int(round) + 1)
+
+    @property
+    def rounds(self):
+        """Number of rounds completed so far (monotonic)."""
+        return self._core_sched().done
+
+    @property
+    def stats(self):
+        """Discarded stamped inputs: ``stale`` (round over) and ``surplus``."""
+        return self._core_sched().stats
+
+    def free(self):
+        """Cancel pending receives and release the schedule.  Idempotent."""
+        if self._sched is not None:
+            self._sched.free()
+            self._sched = None
+        self._freed = True
+        self._arrays.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def _core_sched(self):
+        if self._freed:
+            raise ScheduleFreedError("the schedule has been freed")
+        if self._sched is None:
+            raise ScheduleError("the schedule is not committed; call post()")
+        return self._sched
+
+    def _check_building(self):
+        if self._freed:
+            raise ScheduleFreedError("the schedule has been freed")
+        if self._sched is not None:
+            raise ScheduleError("the schedule is committed; no more ops")
+
+    # -- looking at it ----------------------------------------------------
+    def to_dot(self, name="schedule"):
+        """The graph in Graphviz DOT.  Dashed boxes fire on ANY input; grey
+        ones are optional; edges point from predecessor to successor."""
+        colors = {"send": "lightblue", "recv": "palegreen", "reduce": "orange",
+                  "copy": "orange", "nop": "white", "trigger": "gold"}
+        lines = [f'digraph "{name}" {{', "  rankdir=TB;",
+                 "  node [shape=box, style=filled, fontname=Helvetica];"]
+        for i, o in enumerate(self._ops):
+            kind = _KIND_NAMES[o["kind"]]
+            label = f"{i}: {kind}"
+            if kind in ("send", "recv"):
+                label += f" {'to' if kind == 'send' else 'from'} {o['peer']} tag {o['tag']}"
+                label += " (stamped)" if o["stamped"] else f"\\n{o['a']}"
+            elif kind in ("reduce", "copy"):
+                label += f" {o['op'].name if o['op'] else ''}\\n{o['a']} <- {o['b']}"
+            style = ["filled"] + (["dashed"] if o["mode"] == ANY else [])
+            color = "lightgrey" if o["optional"] else colors[kind]
+            lines.append(f'  n{i} [label="{label}", fillcolor="{color}", '
+                         f'style="{",".join(style)}"];')
+            lines += [f"  n{d} -> n{i};" for d in o["deps"]]
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+
+def free_all():
+    """Free every live schedule (called at interpreter exit)."""
+    for sched in list(_LIVE):
+        sched.free()

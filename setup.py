@@ -1,0 +1,95 @@
+"""Build partialcoll's C executor against the MPI that mpi4py uses.
+
+MPI discovery, in order:
+  1. ``MPICC`` (environment): a system MPI's compiler wrapper;
+  2. ``mpicc`` on ``PATH`` (in an isolated ``pip install .`` this is the one
+     from the ``mpich`` wheel in pip's temporary build environment).
+
+The extension is linked against ``libmpi`` by soname only.  The build
+environment's library directory is *not* recorded as an rpath (pip deletes it
+after the build); at run time ``partialcoll`` imports ``mpi4py.MPI`` first,
+which has already loaded ``libmpi``, and the loader reuses it.  A relative
+rpath to the ``mpich`` wheel's ``lib/`` in the same environment is added as a
+fallback.
+"""
+import os
+import shlex
+import shutil
+import subprocess
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+def mpi_flags():
+    mpicc = os.environ.get("MPICC") or shutil.which("mpicc")
+    if not mpicc:
+        raise SystemExit(
+            "partialcoll: no MPI compiler wrapper found. Install the 'mpich' "
+            "wheel (pip install mpich) or point MPICC at your MPI's mpicc.")
+    for flag in ("-show", "--showme", "-showme"):
+        try:
+            out = subprocess.run(shlex.split(mpicc) + [flag], check=True,
+                                 capture_output=True, text=True).stdout
+            break
+        except (subprocess.CalledProcessError, OSError):
+            out = None
+    if not out:
+        raise SystemExit(f"partialcoll: cannot query {mpicc} for its flags")
+    inc, libdirs, libs = [], [], []
+    for tok in shlex.split(out)[1:]:
+        if tok.startswith("-I"):
+            inc.append(tok[2:])
+        elif tok.startswith("-L"):
+            libdirs.append(tok[2:])
+        elif tok.startswith("-l"):
+            libs.append(tok[2:])
+    # -Wl,-rpath entries are dropped on purpose (see module docstring)
+    return inc, libdirs, libs or ["mpi"]
+
+
+class BuildExt(build_ext):
+    def build_extensions(self):
+        inc, libdirs, libs = mpi_flags()
+        for ext in self.extensions:
+            ext.include_dirs += inc
+            ext.library_dirs += libdirs
+            ext.libraries += libs
+        super().build_extensions()
+
+
+ext = Extension(
+    "partialcoll._core",
+    sources=[f"csrc/{f}" for f in ("pc_module.c", "pc_sched.c",
+                                   "pc_engine.c", "pc_transport.c",
+                                   "pc_types.c")],
+    depends=["csrc/pc_sched.h"],
+    extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-missing-braces",
+                        "-D_GNU_SOURCE"],
+    # site-packages/partialcoll -> <prefix>/lib, where the mpich wheel lives
+    extra_link_args=["-pthread", "-Wl,-rpath,$ORIGIN/../../.."],
+)
+
+install_requires = ["mpi4py>=4.0", "numpy>=1.23"]
+if not os.environ.get("MPICC"):
+    install_requires.append("mpich; sys_platform == 'linux'")
+
+setup(
+    name="partialcoll",
+    version="0.1.0",
+    description="Partial collective operations (solo, majority, quorum "
+                "allreduce) over MPI, with an asynchronous C schedule executor",
+    long_description=open("README.md").read() if os.path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    packages=["partialcoll", "partialcoll.collectives", "partialcoll.bench"],
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildExt},
+    python_requires=">=3.9",
+    install_requires=install_requires,
+    extras_require={
+        "test": ["pytest", "pytest-mpi"],
+        "bench": ["tqdm", "matplotlib"],
+        "torch": ["torch"],
+        "cuda": ["cupy"],
+    },
+)
