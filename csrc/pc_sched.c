@@ -313,6 +313,8 @@ static void complete(pc_sched *s, int i)
             (n->mode == PC_ALL ? n->ndone == n->ndeps : n->ndone == 1)) {
             n->state = OP_ACTIVE;
             push_ready(s, op->succ[k]);
+        } else if (n->mode == PC_ANY && n->ndone > 1) {
+            atomic_fetch_add(&s->surplus, 1);
         }
     }
 }

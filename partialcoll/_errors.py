@@ -49,3 +49,23 @@ _core.set_exceptions({
     _C["EFREED"]: ScheduleFreedError,
     _C["ETHREAD"]: ThreadLevelError,
 })
+
+
+_thread_ok = False
+
+
+def require_thread_multiple():
+    """Raise ThreadLevelError unless MPI runs with MPI_THREAD_MULTIPLE."""
+    global _thread_ok
+    if _thread_ok:
+        return
+    from mpi4py import MPI
+    if not MPI.Is_initialized() or MPI.Is_finalized():
+        raise ThreadLevelError("MPI is not initialised (or already finalised)")
+    level = MPI.Query_thread()
+    if level < MPI.THREAD_MULTIPLE:
+        raise ThreadLevelError(
+            f"partialcoll needs MPI_THREAD_MULTIPLE, MPI was initialised with "
+            f"level {level}; set mpi4py.rc.thread_level = 'multiple' (the "
+            f"default) before importing mpi4py.MPI")
+    _thread_ok = True

@@ -36,7 +36,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _core
-from ._errors import ScheduleError, ScheduleFreedError
+from ._errors import ScheduleError, ScheduleFreedError, require_thread_multiple
 from .ops import OPS, as_op, check_op_dtype, dtype_code
 
 SUM = OPS["SUM"]
@@ -111,6 +111,7 @@ class Schedule:
     """
 
     def __init__(self, comm=None, persistent=False):
+        require_thread_multiple()
         self.comm = MPI.COMM_WORLD if comm is None else comm
         if not isinstance(self.comm, MPI.Comm):
             raise ScheduleError("comm must be an mpi4py communicator")

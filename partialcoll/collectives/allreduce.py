@@ -12,7 +12,7 @@ from mpi4py import MPI
 from .. import _env
 from .._buffers import as_array
 from .._comm import library_comm
-from .._errors import ScheduleError
+from .._errors import ScheduleError, require_thread_multiple
 from ..ops import OPS, as_op, check_op_dtype
 
 SUM = OPS["SUM"]
@@ -147,6 +147,7 @@ _pool = _Pool()
 
 
 def _prepare(sendbuf, recvbuf, op, comm):
+    require_thread_multiple()
     comm = MPI.COMM_WORLD if comm is None else comm
     if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
         raise ScheduleError("comm must be a valid mpi4py communicator")
@@ -157,8 +158,11 @@ def _prepare(sendbuf, recvbuf, op, comm):
         send = recv
     else:
         send = as_array(sendbuf, "sendbuf")
-        recv = np.empty_like(send) if recvbuf is None else as_array(recvbuf, "recvbuf")
-        if np.shares_memory(send, recv) and send is not recv:
+        if recvbuf is None:
+            shape = sendbuf.shape if isinstance(sendbuf, np.ndarray) else send.shape
+            recvbuf = np.empty(shape, send.dtype)
+        recv = as_array(recvbuf, "recvbuf")
+        if np.shares_memory(send, recv):
             raise ScheduleError("sendbuf and recvbuf overlap; use MPI.IN_PLACE "
                                 "or pass the same array for in-place")
     if recv.dtype != send.dtype or recv.size != send.size:
@@ -166,9 +170,10 @@ def _prepare(sendbuf, recvbuf, op, comm):
                             f"match sendbuf ({send.dtype}[{send.size}])")
     if not recv.flags.writeable:
         raise ScheduleError("recvbuf is read-only")
+    result = recvbuf if isinstance(recvbuf, np.ndarray) else recv
     op = as_op(op)
     check_op_dtype(op, send.dtype)
-    return send, recv, op, comm
+    return send, recv, result, op, comm
 
 
 def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
@@ -189,12 +194,15 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
         ...                      # overlap computation
         total = req.wait()
     """
-    send, recv, op, comm = _prepare(sendbuf, recvbuf, op, comm)
+    send, recv, result, op, comm = _prepare(sendbuf, recvbuf, op, comm)
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise ScheduleError(f"unknown allreduce algorithm {algorithm!r}; "
+                            f"choose from {', '.join(ALGORITHMS)}")
     inplace = send is recv
     if comm.Get_size() == 1 or send.size == 0:
         if not inplace:
             recv[...] = send
-        return _Done(recv)
+        return _Done(result)
     lc = library_comm(comm)
     algo = choose_algorithm(send.nbytes, send.size, lc.size, algorithm)
     sched = _pool.get(lc, algo, send.size, send.dtype, op, inplace)
@@ -202,7 +210,7 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
     core.set_tag_base(lc.tag_block(sched.ntags))
     core.bind(0, send, False)
     core.bind(1, recv, True)
-    return Request(sched, core.post(), recv)
+    return Request(sched, core.post(), result)
 
 
 def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
@@ -212,19 +220,22 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
 
         total = partialcoll.allreduce(np.arange(4.0))   # elementwise sum
     """
-    send, recv, op, comm = _prepare(sendbuf, recvbuf, op, comm)
+    send, recv, result, op, comm = _prepare(sendbuf, recvbuf, op, comm)
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise ScheduleError(f"unknown allreduce algorithm {algorithm!r}; "
+                            f"choose from {', '.join(ALGORITHMS)}")
     inplace = send is recv
     if comm.Get_size() == 1 or send.size == 0:
         if not inplace:
             recv[...] = send
-        return recv
+        return result
     lc = library_comm(comm)
     algo = choose_algorithm(send.nbytes, send.size, lc.size, algorithm)
     sched = _pool.get(lc, algo, send.size, send.dtype, op, inplace)
     core = sched._core_sched()
     core.set_tag_base(lc.tag_block(sched.ntags))
     core.run(send, recv)
-    return recv
+    return result
 
 
 class _Done:

@@ -1,0 +1,46 @@
+"""Process-level behaviour: exit with a posted schedule, thread level."""
+import pytest
+
+EXIT_WITH_POSTED = """
+import numpy as np, partialcoll as pc
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+s = pc.Schedule(comm.Dup(), persistent=True)
+t = s.trigger(optional=True)
+r = s.recv(peer=(comm.rank + 1) % comm.size, tag=1, stamped=True, optional=True)
+s.nop(after=[t, r], mode=pc.ANY)
+s.post()
+x = pc.iallreduce(np.ones(1000))     # one in flight as well
+x.wait()
+pending = pc.Schedule(comm.Dup())
+pending.recv(pending.buffer(np.zeros(3)), peer=0, tag=77)
+pending.post()                        # never satisfied
+print("exiting", comm.rank, flush=True)
+"""
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_exit_with_posted_schedules_is_prompt_and_clean(mpi_script, n):
+    rc, out, err, secs = mpi_script(EXIT_WITH_POSTED, n=n, timeout=60)
+    assert rc == 0, err
+    assert out.count("exiting") == n
+    assert secs < 30
+    for word in ("leak", "pending", "Warning", "WARNING", "Abort"):
+        assert word not in err, err
+
+
+THREAD_LEVEL = """
+import mpi4py
+mpi4py.rc.thread_level = "single"
+import numpy as np, partialcoll as pc
+try:
+    pc.allreduce(np.ones(2))
+except pc.ThreadLevelError as e:
+    print("refused:", e)
+"""
+
+
+def test_thread_level_below_multiple_is_refused(mpi_script):
+    rc, out, err, _ = mpi_script(THREAD_LEVEL, n=1)
+    assert rc == 0, err
+    assert "refused:" in out and "MPI_THREAD_MULTIPLE" in out

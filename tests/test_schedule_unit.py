@@ -1,0 +1,233 @@
+"""Executor semantics in one process: graph validation, ALL/ANY firing,
+consumable ops, triggers, persistent re-arming, errors.  No mpiexec needed."""
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import partialcoll as pc
+from partialcoll import _core
+
+
+def counter_sched(persistent=True, mode=pc.ALL, ntrig=2, optional=False):
+    """acc += 1 once per execution of an op depending on `ntrig` triggers."""
+    s = pc.Schedule(MPI.COMM_SELF, persistent=persistent)
+    acc = np.zeros(1, np.int64)
+    one = np.ones(1, np.int64)
+    a, o = s.buffer(acc), s.buffer(one, writable=False)
+    trigs = [s.trigger(optional=optional) for _ in range(ntrig)]
+    s.reduce(a, o, pc.SUM, after=trigs, mode=mode)
+    return s, acc, trigs
+
+
+def wait_until(pred, timeout=5.0):
+    t0 = time.monotonic()
+    while not pred():
+        if time.monotonic() - t0 > timeout:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_all_waits_for_every_input_any_for_the_first():
+    s = pc.Schedule(MPI.COMM_SELF)
+    out = np.zeros(2, np.int64)
+    one = np.ones(1, np.int64)
+    bo, b1 = s.buffer(out), s.buffer(one, writable=False)
+    t1, t2 = s.trigger(), s.trigger()
+    s.copy(bo[0:1], b1, after=[t1, t2], mode=pc.ALL)
+    s.copy(bo[1:2], b1, after=[t1, t2], mode=pc.ANY)
+    req = s.post()
+    s.fire(t1)
+    assert wait_until(lambda: out[1] == 1)
+    time.sleep(0.02)
+    assert out[0] == 0 and not req.test()
+    s.fire(t2)
+    req.wait(timeout=5)
+    assert list(out) == [1, 1]
+    s.free()
+
+
+def test_any_op_runs_once_per_round_even_when_all_inputs_complete():
+    s, acc, (t1, t2) = counter_sched(mode=pc.ANY, optional=True)
+    s.post()
+    for r in range(500):
+        s.fire(t1, round=r)
+        s.fire(t2, round=r)
+        s.wait(round=r, timeout=5)
+    assert acc[0] == 500
+    # each round's second trigger fire was surplus or stale, never a new round
+    assert s.rounds == 500
+    st = s.stats
+    assert st["surplus"] + st["stale"] == 500
+    s.free()
+
+
+def test_persistent_schedule_rearms_for_thousands_of_rounds():
+    s, acc, (t,) = counter_sched(ntrig=1)
+    s.post()
+    for r in range(5000):
+        s.fire(t)
+    s.wait(round=4999, timeout=20)
+    assert s.rounds == 5000 and acc[0] == 5000
+    time.sleep(0.01)
+    assert s.rounds == 5000    # no round without a fire
+    s.free()
+
+
+def test_banked_fires_are_never_lost():
+    s, acc, (t,) = counter_sched(ntrig=1)
+    for _ in range(7):              # fired before the schedule is even posted
+        s.commit()
+        s.fire(t)
+    s.post()
+    s.wait(round=6, timeout=5)
+    assert acc[0] == 7
+    s.free()
+
+
+def test_stamped_fire_for_a_past_round_is_discarded():
+    s, acc, (t,) = counter_sched(ntrig=1)
+    s.post()
+    s.fire(t, round=0)
+    s.wait(round=0, timeout=5)
+    s.fire(t, round=0)              # late: round 0 is over
+    s.fire(t, round=2)              # early: kept for round 2
+    time.sleep(0.05)
+    assert s.rounds == 1
+    s.fire(t, round=1)
+    s.wait(round=2, timeout=5)
+    assert acc[0] == 3 and s.stats["stale"] == 1
+    s.free()
+
+
+def test_wait_timeout_raises():
+    s, acc, (t,) = counter_sched(ntrig=1)
+    s.post()
+    with pytest.raises(pc.WaitTimeout):
+        s.wait(round=0, timeout=0.05)
+    with pytest.raises(TimeoutError):       # also a builtin TimeoutError
+        s.wait(round=0, timeout=0.01)
+    s.free()
+
+
+def test_nop_chain_and_non_persistent_reposting():
+    s = pc.Schedule(MPI.COMM_SELF)
+    acc, one = np.zeros(1), np.ones(1)
+    a, o = s.buffer(acc), s.buffer(one, writable=False)
+    prev = s.nop()
+    for _ in range(1000):
+        prev = s.nop(after=prev)
+    s.reduce(a, o, after=prev)
+    reqs = [s.post() for _ in range(3)]     # queued rounds
+    for r in reqs:
+        r.wait(timeout=5)
+    assert acc[0] == 3 and s.rounds == 3
+
+
+def test_cycle_is_rejected_by_the_core():
+    D = _core.constants()["DESC_LEN"]
+    desc = np.zeros((2, D), np.int64)
+    desc[:, 13] = 1                 # one dependency each
+    desc[0, 14], desc[1, 14] = 0, 1
+    deps = np.array([1, 0], np.int64)
+    with pytest.raises(pc.ScheduleError, match="cycle"):
+        _core.Sched(desc.tobytes(), deps.tobytes(), 0,
+                    MPI._addressof(MPI.COMM_SELF), False, MPI.COMM_SELF)
+
+
+def test_ops_depend_only_on_earlier_ops():
+    s = pc.Schedule(MPI.COMM_SELF)
+    with pytest.raises(pc.ScheduleError):
+        s.nop(after=[0])
+    with pytest.raises(pc.ScheduleError):
+        s.nop(after=[s.nop()], mode=7)
+
+
+def test_buffer_errors():
+    s = pc.Schedule(MPI.COMM_SELF)
+    ro = np.zeros(4)
+    ro.flags.writeable = False
+    with pytest.raises(pc.ScheduleError, match="read-only"):
+        s.recv(s.buffer(ro), 0)
+    b = s.buffer(dtype=np.float64, size=8)
+    c = s.buffer(dtype=np.float64, size=4)
+    with pytest.raises(pc.ScheduleError, match="different lengths"):
+        s.copy(b, c)
+    s.copy(b[0:4], c)
+    with pytest.raises(pc.ScheduleError, match="cannot take"):
+        s.bind(b, np.zeros(3))
+    with pytest.raises(pc.ScheduleError, match="not bound"):
+        s.post()
+    with pytest.raises(pc.ScheduleError, match="not defined"):
+        s2 = pc.Schedule(MPI.COMM_SELF)
+        x = s2.buffer(np.zeros(2, np.complex128))
+        s2.reduce(x, x, pc.MAX)
+    with pytest.raises(pc.ScheduleError, match="no MPI basic type"):
+        pc.Schedule(MPI.COMM_SELF).buffer(np.zeros(2, np.float16))
+    with pytest.raises(pc.ScheduleError, match="peer"):
+        s3 = pc.Schedule(MPI.COMM_SELF)
+        s3.send(s3.buffer(np.zeros(1)), peer=5)
+        s3.commit()
+
+
+def test_freed_schedule_cannot_be_reused():
+    s, acc, (t,) = counter_sched(ntrig=1)
+    s.post()
+    s.free()
+    s.free()                                 # idempotent
+    for call in (lambda: s.fire(t), s.wait, s.post, lambda: s.rounds):
+        with pytest.raises(pc.ScheduleFreedError):
+            call()
+
+
+def test_rebinding_while_running_is_refused():
+    s, acc, (t,) = counter_sched(ntrig=1)
+    s.post()
+    with pytest.raises(pc.ScheduleBusyError):
+        s.bind(0, np.zeros(1, np.int64))
+    with pytest.raises(pc.ScheduleBusyError):
+        s.post()                             # persistent: posted once
+    s.free()
+
+
+def test_reduce_ops_and_dtypes_single_process():
+    for name, op in [("SUM", pc.SUM), ("PROD", pc.PROD), ("MIN", pc.MIN),
+                     ("MAX", pc.MAX), ("BXOR", pc.BXOR)]:
+        s = pc.Schedule(MPI.COMM_SELF)
+        x = np.array([3, 5, 7], np.int32)
+        y = np.array([2, 6, 7], np.int32)
+        ref = {"SUM": x + y, "PROD": x * y, "MIN": np.minimum(x, y),
+               "MAX": np.maximum(x, y), "BXOR": x ^ y}[name]
+        s.reduce(s.buffer(x), s.buffer(y, writable=False), op)
+        s.post().wait(timeout=5)
+        assert list(x) == list(ref), name
+
+
+def test_mpi4py_ops_and_names_are_accepted():
+    assert pc.as_op(MPI.SUM) is pc.SUM and pc.as_op("max") is pc.MAX
+    with pytest.raises(pc.ScheduleError):
+        pc.as_op(MPI.MAXLOC)
+
+
+def test_dot_export():
+    s = pc.Schedule(MPI.COMM_SELF)
+    b = s.buffer(np.zeros(2))
+    t = s.trigger()
+    s.nop(after=[t], mode=pc.ANY)
+    s.send(b, 0, after=[t])
+    dot = s.to_dot()
+    assert dot.startswith('digraph "schedule"') and "n0 -> n1" in dot
+    assert "dashed" in dot and "send to 0" in dot
+
+
+def test_idle_progress_thread_uses_no_cpu():
+    s, acc, (t,) = counter_sched(persistent=False, ntrig=1)
+    s.post()
+    s.fire(t)
+    s.wait(timeout=5)                        # thread started, now idle
+    time.sleep(0.05)
+    c0 = pc.progress_thread_cputime()
+    time.sleep(0.5)
+    assert pc.progress_thread_cputime() - c0 < 0.005   # < 1% of a core
