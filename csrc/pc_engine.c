@@ -162,7 +162,9 @@ void pc_engine_wake(void)
     pthread_mutex_unlock(&E.mtx);
 }
 
-int pc_engine_post(pc_sched *s)
+/* wake = 0: the caller is about to drive progress itself (a blocking call),
+ * so the background thread is left asleep. */
+int pc_engine_post(pc_sched *s, int wake)
 {
     int rc = PC_OK;
     pthread_mutex_lock(&E.mtx);
@@ -190,7 +192,8 @@ int pc_engine_post(pc_sched *s)
         E.started = 1;
         atomic_store(&pc_engine_thread_running, 1);
     }
-    pthread_cond_signal(&E.cv);
+    if (wake)
+        pthread_cond_signal(&E.cv);
 out:
     pthread_mutex_unlock(&E.mtx);
     return rc;
@@ -264,8 +267,13 @@ int pc_engine_wait(pc_sched *s, uint64_t upto, double timeout)
             break;
         }
     }
-    if (atomic_fetch_sub(&E.drivers, 1) == 1)
-        pc_engine_wake();
+    if (atomic_fetch_sub(&E.drivers, 1) == 1) {
+        /* hand the remaining work (if any) back to the progress thread */
+        pthread_mutex_lock(&E.mtx);
+        if (E.head)
+            pthread_cond_signal(&E.cv);
+        pthread_mutex_unlock(&E.mtx);
+    }
     return rc;
 }
 

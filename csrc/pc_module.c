@@ -120,6 +120,26 @@ static void sched_dealloc(SchedObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* Export obj's buffer into a slot (the slot must be idle). */
+static int bind_slot(SchedObject *self, int slot, PyObject *obj, int writable)
+{
+    Py_buffer view;
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &view, flags) < 0) {
+        PyErr_Clear();
+        raise_rc(PC_EINVAL, writable
+                 ? "buffer must be a writable, C-contiguous buffer"
+                 : "buffer must be a C-contiguous buffer");
+        return -1;
+    }
+    if (self->has_view[slot])
+        PyBuffer_Release(&self->views[slot]);
+    self->views[slot] = view;
+    self->has_view[slot] = 1;
+    pc_sched_bind(self->s, slot, view.buf, view.len, writable);
+    return 0;
+}
+
 /* bind(slot, obj, writable): export obj's buffer into a slot. */
 static PyObject *sched_bind(SchedObject *self, PyObject *args)
 {
@@ -132,29 +152,18 @@ static PyObject *sched_bind(SchedObject *self, PyObject *args)
         return raise_rc(PC_EINVAL, "buffer slot out of range");
     if (!pc_sched_idle(self->s))
         return raise_rc(PC_EBUSY, "cannot rebind buffers while a round runs");
-    Py_buffer view;
-    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, &view, flags) < 0) {
-        PyErr_Clear();
-        return raise_rc(PC_EINVAL, writable
-                        ? "buffer must be a writable, C-contiguous buffer"
-                        : "buffer must be a C-contiguous buffer");
-    }
-    if (self->has_view[slot])
-        PyBuffer_Release(&self->views[slot]);
-    self->views[slot] = view;
-    self->has_view[slot] = 1;
-    pc_sched_bind(self->s, slot, view.buf, view.len, writable);
+    if (bind_slot(self, slot, obj, writable) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
-static PyObject *do_post(SchedObject *self)
+static PyObject *do_post(SchedObject *self, int wake)
 {
     char err[512] = "";
     int rc = pc_sched_check_buffers(self->s, err, sizeof err);
     if (rc != PC_OK)
         return raise_rc(rc, err);
-    rc = pc_engine_post(self->s);
+    rc = pc_engine_post(self->s, wake);
     if (rc == PC_EBUSY)
         return raise_rc(rc, "a persistent schedule is posted once; it re-arms "
                             "itself after every round");
@@ -168,7 +177,7 @@ static PyObject *sched_post(SchedObject *self, PyObject *unused)
     (void)unused;
     if (check_open(self))
         return NULL;
-    return do_post(self);
+    return do_post(self, 1);
 }
 
 static PyObject *sched_set_tag_base(SchedObject *self, PyObject *args)
@@ -254,25 +263,25 @@ static PyObject *sched_test(SchedObject *self, PyObject *args)
     Py_RETURN_FALSE;
 }
 
-/* run(send, recv, timeout): the blocking fast path of one-shot collectives:
- * bind slots 0 and 1, post one round and wait for it, in one call. */
+/* run(send, recv, tag_base, timeout=-1): the blocking fast path of one-shot
+ * collectives: bind slots 0 and 1, set the tag block, post one round without
+ * waking the progress thread and drive it to completion on this thread. */
 static PyObject *sched_run(SchedObject *self, PyObject *args)
 {
     PyObject *send, *recv;
+    int tag_base;
     double timeout = -1.0;
-    if (!PyArg_ParseTuple(args, "OO|d", &send, &recv, &timeout) ||
+    if (!PyArg_ParseTuple(args, "OOi|d", &send, &recv, &tag_base, &timeout) ||
         check_open(self))
         return NULL;
-    PyObject *r = PyObject_CallMethod((PyObject *)self, "bind", "iOi", 0, send,
-                                      0);
-    if (!r)
+    if (!pc_sched_idle(self->s))
+        return raise_rc(PC_EBUSY, "the schedule is running");
+    if (bind_slot(self, 0, send, 0) < 0 || bind_slot(self, 1, recv, 1) < 0)
         return NULL;
-    Py_DECREF(r);
-    r = PyObject_CallMethod((PyObject *)self, "bind", "iOi", 1, recv, 1);
-    if (!r)
-        return NULL;
-    Py_DECREF(r);
-    PyObject *posted = do_post(self);
+    int rc = pc_sched_set_tag_base(self->s, tag_base);
+    if (rc != PC_OK)
+        return raise_rc(rc, "tag base + largest tag exceeds MPI_TAG_UB");
+    PyObject *posted = do_post(self, 0);
     if (!posted)
         return NULL;
     unsigned long long upto = PyLong_AsUnsignedLongLong(posted);

@@ -197,7 +197,7 @@ void pc_sched_destroy(pc_sched *s);
 int pc_sched_idle(pc_sched *s);
 
 /* pc_engine.c: the progress thread and waiting */
-int pc_engine_post(pc_sched *s);
+int pc_engine_post(pc_sched *s, int wake);
 int pc_engine_fire(pc_sched *s, int op, int64_t round);
 int pc_engine_wait(pc_sched *s, uint64_t upto, double timeout);
 int pc_engine_free(pc_sched *s);

@@ -81,3 +81,5 @@ def _shutdown():
                 pass
     _owned.clear()
     _dups.clear()
+    from .collectives import allreduce
+    allreduce._plans.clear()

@@ -1,0 +1,1 @@
+"""Benchmarks, run under mpiexec: ``python -m partialcoll.bench {sweep,overhead}``."""

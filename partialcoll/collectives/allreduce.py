@@ -13,7 +13,7 @@ from .. import _env
 from .._buffers import as_array
 from .._comm import library_comm
 from .._errors import ScheduleError, require_thread_multiple
-from ..ops import OPS, as_op, check_op_dtype
+from ..ops import OPS, Op, as_op, check_op_dtype
 
 SUM = OPS["SUM"]
 from ..schedule import Request, Schedule
@@ -103,18 +103,28 @@ def build_ring(s, size, rank, send, recv, tmp, op, inplace):
 BUILDERS = {"recursive_doubling": build_recursive_doubling, "ring": build_ring}
 
 
+_settings = {}
+
+
+def _setting(name, default=None, cast=str):
+    """Environment settings are read once per process (first use)."""
+    if name not in _settings:
+        _settings[name] = _env.get(name, default, cast)
+    return _settings[name]
+
+
 def choose_algorithm(nbytes, count, size, algorithm=None):
     """Pick an algorithm: ``algorithm`` argument, else the
     ``PARTIALCOLL_ALLREDUCE_ALGORITHM`` variable, else recursive doubling up
     to ``PARTIALCOLL_ALLREDUCE_THRESHOLD`` bytes (default 16 KiB) and ring
     above (ring needs at least one element per rank)."""
-    algo = algorithm or _env.get(_env.ALLREDUCE_ALGORITHM)
+    algo = algorithm or _setting(_env.ALLREDUCE_ALGORITHM)
     if algo is not None:
         if algo not in ALGORITHMS:
             raise ScheduleError(f"unknown allreduce algorithm {algo!r}; "
                                 f"choose from {', '.join(ALGORITHMS)}")
         return algo
-    threshold = _env.get(_env.ALLREDUCE_THRESHOLD, DEFAULT_THRESHOLD, int)
+    threshold = _setting(_env.ALLREDUCE_THRESHOLD, DEFAULT_THRESHOLD, int)
     return "ring" if nbytes > threshold and count >= size else "recursive_doubling"
 
 
@@ -213,13 +223,33 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
     return Request(sched, core.post(), result)
 
 
+_plans = {}      # fast-path key -> (LibraryComm, Schedule core, ntags)
+
+
 def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
     """Blocking allreduce on the executor; returns the result array.
 
     Same arguments as :func:`iallreduce`.  Example::
 
         total = partialcoll.allreduce(np.arange(4.0))   # elementwise sum
+
+    Repeated calls with NumPy arrays of the same size, dtype and op take a
+    cached plan: no validation beyond a few checks, one call into C.
     """
+    if comm is None:
+        comm = MPI.COMM_WORLD
+    if (type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
+            and type(op) is Op):
+        key = (MPI._handleof(comm), sendbuf.dtype, sendbuf.size, op,
+               algorithm, sendbuf is recvbuf)
+        plan = _plans.get(key)
+        if (plan is not None and recvbuf.dtype == sendbuf.dtype
+                and recvbuf.size == sendbuf.size
+                and (sendbuf is recvbuf
+                     or not np.may_share_memory(sendbuf, recvbuf))):
+            lc, core, ntags = plan
+            core.run(sendbuf, recvbuf, lc.tag_block(ntags))
+            return recvbuf
     send, recv, result, op, comm = _prepare(sendbuf, recvbuf, op, comm)
     if algorithm is not None and algorithm not in ALGORITHMS:
         raise ScheduleError(f"unknown allreduce algorithm {algorithm!r}; "
@@ -233,8 +263,10 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
     algo = choose_algorithm(send.nbytes, send.size, lc.size, algorithm)
     sched = _pool.get(lc, algo, send.size, send.dtype, op, inplace)
     core = sched._core_sched()
-    core.set_tag_base(lc.tag_block(sched.ntags))
-    core.run(send, recv)
+    core.run(send, recv, lc.tag_block(sched.ntags))
+    if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
+        _plans[(MPI._handleof(comm), send.dtype, send.size, op, algorithm,
+                inplace)] = (lc, core, sched.ntags)
     return result
 
 

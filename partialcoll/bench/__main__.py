@@ -1,0 +1,20 @@
+"""``python -m partialcoll.bench {sweep,overhead}`` (run under mpiexec)."""
+import sys
+
+from . import overhead, sweep
+
+COMMANDS = {"sweep": sweep, "overhead": overhead}
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        print(__doc__.strip(), file=sys.stderr)
+        print("commands: " + ", ".join(COMMANDS), file=sys.stderr)
+        return 2
+    COMMANDS[argv[0]].main(argv[1:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
