@@ -263,15 +263,16 @@ int pc_sched_idle(pc_sched *s)
 
 static void set_error(pc_sched *s, int code, const char *what, int mpirc)
 {
-    int expected = PC_OK;
-    if (!atomic_compare_exchange_strong(&s->error, &expected, code))
-        return;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&s->error_claimed, &expected, 1))
+        return;                    /* the first error wins */
     char mpimsg[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
     if (mpirc != MPI_SUCCESS)
         MPI_Error_string(mpirc, mpimsg, &len);
     snprintf(s->errmsg, sizeof(s->errmsg), "%s (round %llu): %s", what,
              (unsigned long long)s->round, mpimsg);
+    atomic_store(&s->error, code); /* publish only once the message is there */
 }
 
 static int add_req(pc_sched *s, int op, MPI_Request req)

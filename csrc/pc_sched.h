@@ -161,7 +161,8 @@ struct pc_sched {
     /* shared between the application and the progress side */
     _Atomic uint64_t posted;      /* rounds requested (non-persistent) */
     _Atomic uint64_t done;        /* rounds completed (monotonic)       */
-    _Atomic int error;            /* first error, PC_OK if none        */
+    _Atomic int error;            /* first error, PC_OK if none; set  */
+    _Atomic int error_claimed;    /* after errmsg is written           */
     _Atomic uint64_t stale, surplus; /* discarded stamped inputs (stats) */
     char errmsg[256];
     pthread_mutex_t fire_mtx;     /* protects the stamped-fire list */
