@@ -27,7 +27,7 @@ def add_args(p):
     p.add_argument("--warmup", type=int, default=None, help="untimed calls first")
     p.add_argument("--repeat", type=int, default=5, help="timed blocks per size")
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--algorithm", default=None, choices=["recursive_doubling", "ring"])
+    p.add_argument("--algorithm", default=None, choices=["recursive_doubling", "ring", "rabenseifner"])
     p.add_argument("--csv")
     p.add_argument("--json")
 

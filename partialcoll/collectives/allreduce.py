@@ -20,7 +20,7 @@ from ..schedule import Request, Schedule
 
 #: messages up to this many bytes use recursive doubling (else ring)
 DEFAULT_THRESHOLD = 16384
-ALGORITHMS = ("recursive_doubling", "ring")
+ALGORITHMS = ("recursive_doubling", "ring", "rabenseifner")
 
 
 def build_recursive_doubling(s, size, rank, send, recv, tmp, op, inplace):
@@ -100,7 +100,77 @@ def build_ring(s, size, rank, send, recv, tmp, op, inplace):
                        after=[reds[-1], snds[t]] + last)]
 
 
-BUILDERS = {"recursive_doubling": build_recursive_doubling, "ring": build_ring}
+def _fold(s, size, rank):
+    """Ranks beyond the largest power of two p2 fold into a partner.
+    Returns (p2, rem, new rank or None, real rank of a new rank)."""
+    p2 = 1 << (size.bit_length() - 1)
+    rem = size - p2
+    new = None if rank < 2 * rem and rank % 2 == 0 else \
+        (rank // 2 if rank < 2 * rem else rank - rem)
+    return p2, rem, new, (lambda v: 2 * v + 1 if v < rem else v + rem)
+
+
+def build_rabenseifner(s, size, rank, send, recv, tmp, op, inplace):
+    """Reduce-scatter by recursive halving, allgather by recursive doubling.
+
+    The vector is cut into p2 chunks.  Halving: at distance m = p2/2, ..., 1
+    each rank keeps the half of its current range on its side of the split
+    (bit m of its rank), sends the other half to rank ^ m and adds the half
+    it receives; it ends owning chunk `rank`, fully reduced.  Doubling: at
+    distance m = 1, ..., p2/2 partners swap what they own, doubling it::
+
+        p2 = 4, chunks c0..c3      halving m=2     halving m=1    doubling
+        r0  keeps c0 c1 -> c0      send c2 c3      send c1        c0 <-> c1 ...
+        r2  keeps c2 c3 -> c2      send c0 c1      send c3
+
+    Non-powers of two fold the extra ranks in and out as recursive doubling
+    does.  2 log2(p2) steps of shrinking/growing size: bandwidth optimal with
+    fewer synchronisations than the ring.
+    """
+    prev = [] if inplace else [s.copy(recv, send)]
+    p2, rem, new, real = _fold(s, size, rank)
+    steps = p2.bit_length() - 1
+    unfold_tag = 2 * steps + 1
+    if new is None:                                  # folded away
+        snd = s.send(recv, rank + 1, tag=0, after=prev)
+        return s.recv(recv, rank + 1, tag=unfold_tag, after=[snd])
+    if rank < 2 * rem:
+        r = s.recv(tmp, rank - 1, tag=0)
+        prev = [s.reduce(recv, tmp, op, after=prev + [r])]
+    n = recv.size
+    counts = [n // p2 + (1 if i < n % p2 else 0) for i in range(p2)]
+    offs = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+
+    def rng(lo, hi):
+        return recv[offs[lo]:offs[hi]]
+
+    lo, hi, tag, mask, gave = 0, p2, 1, p2 // 2, {}
+    while mask:
+        mid = (lo + hi) // 2
+        keep, give = ((mid, hi), (lo, mid)) if new & mask else \
+            ((lo, mid), (mid, hi))
+        k = offs[keep[1]] - offs[keep[0]]
+        peer = real(new ^ mask)
+        gave[mask] = s.send(rng(*give), peer, tag=tag, after=prev)
+        rcv = s.recv(tmp[0:k], peer, tag=tag, after=prev)
+        prev = [s.reduce(rng(*keep), tmp[0:k], op, after=[gave[mask], rcv])]
+        (lo, hi), mask, tag = keep, mask // 2, tag + 1
+    mask = 1
+    while mask < p2:
+        width = hi - lo
+        other = (lo - width, lo) if new & mask else (hi, hi + width)
+        peer = real(new ^ mask)
+        s.send(rng(lo, hi), peer, tag=tag, after=prev)
+        prev = [s.recv(rng(*other), peer, tag=tag, after=prev + [gave[mask]])]
+        lo, hi = min(lo, other[0]), max(hi, other[1])
+        mask, tag = mask * 2, tag + 1
+    if rank < 2 * rem:
+        return s.send(recv, rank - 1, tag=unfold_tag, after=prev)
+    return prev[0]
+
+
+BUILDERS = {"recursive_doubling": build_recursive_doubling, "ring": build_ring,
+            "rabenseifner": build_rabenseifner}
 
 
 _settings = {}
@@ -116,8 +186,10 @@ def _setting(name, default=None, cast=str):
 def choose_algorithm(nbytes, count, size, algorithm=None):
     """Pick an algorithm: ``algorithm`` argument, else the
     ``PARTIALCOLL_ALLREDUCE_ALGORITHM`` variable, else recursive doubling up
-    to ``PARTIALCOLL_ALLREDUCE_THRESHOLD`` bytes (default 16 KiB) and ring
-    above (ring needs at least one element per rank)."""
+    to ``PARTIALCOLL_ALLREDUCE_THRESHOLD`` bytes (default 16 KiB); above it
+    Rabenseifner when P is a power of two (2 log2 P steps), else the ring
+    (2 (P - 1) steps, but no extra full-vector fold step); both need at least
+    one element per rank."""
     algo = algorithm or _setting(_env.ALLREDUCE_ALGORITHM)
     if algo is not None:
         if algo not in ALGORITHMS:
@@ -125,7 +197,9 @@ def choose_algorithm(nbytes, count, size, algorithm=None):
                                 f"choose from {', '.join(ALGORITHMS)}")
         return algo
     threshold = _setting(_env.ALLREDUCE_THRESHOLD, DEFAULT_THRESHOLD, int)
-    return "ring" if nbytes > threshold and count >= size else "recursive_doubling"
+    if nbytes <= threshold or count < size:
+        return "recursive_doubling"
+    return "rabenseifner" if size & (size - 1) == 0 else "ring"
 
 
 class _Pool:
@@ -143,8 +217,7 @@ class _Pool:
         s = Schedule(lc.comm)
         send = s.buffer(dtype=dtype, size=count, writable=False, name="send")
         recv = s.buffer(dtype=dtype, size=count, name="recv")
-        tmp_size = count if algo == "recursive_doubling" else \
-            2 * (count // lc.size + 1)
+        tmp_size = 2 * (count // lc.size + 1) if algo == "ring" else count
         tmp = s.buffer(np.empty(tmp_size, dtype), name="tmp")
         BUILDERS[algo](s, lc.size, lc.rank, send, recv, tmp, op, inplace)
         s.commit()
