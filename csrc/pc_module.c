@@ -224,10 +224,10 @@ static int wait_upto(SchedObject *self, unsigned long long upto, double timeout)
     rc = pc_engine_wait(s, upto, timeout);
     Py_END_ALLOW_THREADS
     if (rc == PC_ETIMEOUT) {
-        PyErr_Format(exc_for_code[PC_ETIMEOUT] ? exc_for_code[PC_ETIMEOUT]
-                                               : PyExc_TimeoutError,
-                     "round %llu did not complete within %.3f s",
-                     upto, timeout);
+        char msg[128];
+        snprintf(msg, sizeof msg, "round %llu did not complete within %.3f s",
+                 upto - 1, timeout);
+        raise_rc(PC_ETIMEOUT, msg);
         return -1;
     }
     if (rc != PC_OK) {
@@ -291,6 +291,28 @@ static PyObject *sched_run(SchedObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* lock()/unlock(): the data lock that LOCKED ops hold while they run. */
+static PyObject *sched_lock(SchedObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (check_open(self))
+        return NULL;
+    pc_sched *s = self->s;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&s->data_mtx);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *sched_unlock(SchedObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (check_open(self))
+        return NULL;
+    pthread_mutex_unlock(&self->s->data_mtx);
+    Py_RETURN_NONE;
+}
+
 static PyObject *sched_free(SchedObject *self, PyObject *unused)
 {
     (void)unused;
@@ -341,6 +363,8 @@ static PyMethodDef sched_methods[] = {
     {"test", (PyCFunction)sched_test, METH_VARARGS, "test(upto) -> bool"},
     {"run", (PyCFunction)sched_run, METH_VARARGS, "run(send, recv, timeout)"},
     {"free", (PyCFunction)sched_free, METH_NOARGS, "free()"},
+    {"lock", (PyCFunction)sched_lock, METH_NOARGS, "take the data lock"},
+    {"unlock", (PyCFunction)sched_unlock, METH_NOARGS, "release it"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef sched_getset[] = {
@@ -407,6 +431,7 @@ static PyObject *mod_constants(PyObject *m, PyObject *unused)
     SETI(d, "REDUCE", PC_REDUCE); SETI(d, "COPY", PC_COPY);
     SETI(d, "CALLBACK", PC_CALLBACK);
     SETI(d, "ALL", PC_ALL); SETI(d, "ANY", PC_ANY);
+    SETI(d, "ATLEAST", PC_ATLEAST); SETI(d, "F_LOCKED", PC_F_LOCKED);
     SETI(d, "F_OPTIONAL", PC_F_OPTIONAL); SETI(d, "F_STAMPED", PC_F_STAMPED);
     SETI(d, "DESC_LEN", PC_DESC_LEN);
     SETI(d, "EINVAL", PC_EINVAL); SETI(d, "EBUSY", PC_EBUSY);

@@ -71,6 +71,7 @@ int pc_sched_create(const int64_t *desc, int nops, const int64_t *deps,
     s->comm = comm;
     s->tp = &pc_transport_mpi;
     pthread_mutex_init(&s->fire_mtx, NULL);
+    pthread_mutex_init(&s->data_mtx, NULL);
     if (nops < 0 || nslots < 0 || ndeps < 0)
         FAIL(PC_EINVAL, "negative sizes");
     s->ops = calloc((size_t)nops + 1, sizeof(pc_op));
@@ -106,8 +107,22 @@ int pc_sched_create(const int64_t *desc, int nops, const int64_t *deps,
             FAIL(PC_EINVAL, "op %d: unknown kind %d", i, op->kind);
         if (op->kind == PC_CALLBACK)
             FAIL(PC_EINVAL, "op %d: callback ops are not supported yet", i);
-        if (op->mode != PC_ALL && op->mode != PC_ANY)
-            FAIL(PC_EINVAL, "op %d: dependency mode must be ALL or ANY", i);
+        if (op->mode == PC_ALL)
+            op->need = op->ndeps;
+        else if (op->mode == PC_ANY)
+            op->need = 1;
+        else if (op->mode == PC_ATLEAST)
+            op->need = (int)d[PC_D_NEED];
+        else
+            FAIL(PC_EINVAL, "op %d: dependency mode must be ALL, ANY or "
+                 "ATLEAST", i);
+        if (op->ndeps && (op->need < 1 || op->need > op->ndeps))
+            FAIL(PC_EINVAL, "op %d: needs %d of %d inputs", i, op->need,
+                 op->ndeps);
+        if ((op->flags & PC_F_LOCKED) && op->kind != PC_NOP &&
+            op->kind != PC_REDUCE && op->kind != PC_COPY)
+            FAIL(PC_EINVAL, "op %d: only nop, reduce and copy can be locked",
+                 i);
         if (op->ndeps < 0 || d[PC_D_DEPOFF] < 0 ||
             d[PC_D_DEPOFF] + op->ndeps > ndeps)
             FAIL(PC_EINVAL, "op %d: dependency list out of range", i);
@@ -310,11 +325,10 @@ static void complete(pc_sched *s, int i)
         n->ndone++;
         /* an ANY op fires on its first input; later inputs of the same round
          * are surplus and consumed here without effect */
-        if (n->state == OP_IDLE &&
-            (n->mode == PC_ALL ? n->ndone == n->ndeps : n->ndone == 1)) {
+        if (n->state == OP_IDLE && n->ndone == n->need) {
             n->state = OP_ACTIVE;
             push_ready(s, op->succ[k]);
-        } else if (n->mode == PC_ANY && n->ndone > 1) {
+        } else if (n->ndone > n->need) {
             atomic_fetch_add(&s->surplus, 1);
         }
     }
@@ -387,7 +401,20 @@ static int run_ready(pc_sched *s)
 {
     int n = 0;
     while (s->nready > 0) {
-        int rc = start(s, s->ready[--s->nready]);
+        int i = s->ready[--s->nready], rc;
+        if (s->ops[i].flags & PC_F_LOCKED) {
+            /* run this op and every LOCKED op it readies in one hold */
+            pthread_mutex_lock(&s->data_mtx);
+            rc = start(s, i);
+            while (rc == PC_OK && s->nready > 0 &&
+                   (s->ops[s->ready[s->nready - 1]].flags & PC_F_LOCKED)) {
+                rc = start(s, s->ready[--s->nready]);
+                n++;
+            }
+            pthread_mutex_unlock(&s->data_mtx);
+        } else {
+            rc = start(s, i);
+        }
         if (rc != PC_OK)
             return -1;
         n++;
@@ -612,5 +639,6 @@ void pc_sched_destroy(pc_sched *s)
     free(s->sfire_round);
     free(s->sfire_op);
     pthread_mutex_destroy(&s->fire_mtx);
+    pthread_mutex_destroy(&s->data_mtx);
     free(s);
 }

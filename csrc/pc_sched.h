@@ -17,8 +17,8 @@
  *
  * Dependencies
  *   Each op lists its predecessors and a mode: ALL (fires when every
- *   predecessor has completed in the current round) or ANY (fires when the
- *   first predecessor completes).  Ops with no predecessors start when the
+ *   predecessor has completed in the current round), ANY (fires when the
+ *   first predecessor completes) or ATLEAST k (fires when k of them have).  Ops with no predecessors start when the
  *   round is armed (triggers excepted).  Ops are CONSUMABLE: an op executes at
  *   most once per round, so a predecessor completion is consumed by exactly one
  *   execution of each successor.  Surplus inputs to an ANY op (a second
@@ -51,6 +51,12 @@
  *   only, and is discarded if round r has already executed the trigger or is
  *   over.
  *
+ * Locked ops (flag LOCKED; NOP, REDUCE and COPY)
+ *   run while holding the schedule's data lock, and a chain of LOCKED ops
+ *   that become ready one after another runs inside one hold.  The
+ *   application takes the same lock (pc_sched_lock) to deposit into or read
+ *   from buffers that the schedule snapshots or fills while it runs.
+ *
  * Buffers are named by slot; the application binds memory to slots between
  * rounds (pc_sched_bind), so one schedule can serve every call of a
  * collective.  Offsets are in bytes.
@@ -81,14 +87,14 @@ enum {
 
 enum { PC_NOP = 0, PC_TRIGGER = 1, PC_SEND = 2, PC_RECV = 3,
        PC_REDUCE = 4, PC_COPY = 5, PC_CALLBACK = 6, PC_NKINDS = 7 };
-enum { PC_ALL = 0, PC_ANY = 1 };
-enum { PC_F_OPTIONAL = 1, PC_F_STAMPED = 2 };
+enum { PC_ALL = 0, PC_ANY = 1, PC_ATLEAST = 2 };
+enum { PC_F_OPTIONAL = 1, PC_F_STAMPED = 2, PC_F_LOCKED = 4 };
 
 /* Layout of one op descriptor as handed over by the builder: an array of
  * PC_DESC_LEN int64 values per op, followed by a flat array of dependencies. */
 enum { PC_D_KIND, PC_D_MODE, PC_D_FLAGS, PC_D_ASLOT, PC_D_AOFF, PC_D_BSLOT,
        PC_D_BOFF, PC_D_COUNT, PC_D_DTYPE, PC_D_REDOP, PC_D_PEER, PC_D_TAG,
-       PC_D_PRIO, PC_D_NDEPS, PC_D_DEPOFF, PC_DESC_LEN };
+       PC_D_PRIO, PC_D_NDEPS, PC_D_DEPOFF, PC_D_NEED, PC_DESC_LEN };
 
 /* ---- datatypes and reduction operators (pc_types.c) */
 enum { PC_INT8, PC_INT16, PC_INT32, PC_INT64, PC_UINT8, PC_UINT16, PC_UINT32,
@@ -135,7 +141,7 @@ typedef struct pc_op {
     int aslot, bslot;
     int64_t aoff, boff, count;
     int dtype, redop, peer, tag, prio;
-    int ndeps, nsucc;
+    int ndeps, nsucc, need;  /* need: inputs that fire it (ALL: ndeps) */
     int *succ;              /* successor indices (points into sched->succ) */
     /* runtime state, touched only by whoever holds the progress lock */
     int ndone;              /* predecessors completed this round */
@@ -166,6 +172,7 @@ struct pc_sched {
     _Atomic uint64_t stale, surplus; /* discarded stamped inputs (stats) */
     char errmsg[256];
     pthread_mutex_t fire_mtx;     /* protects the stamped-fire list */
+    pthread_mutex_t data_mtx;     /* held by LOCKED ops and the application */
     uint64_t *sfire_round; int *sfire_op; int nsfire, capsfire;
     int active;                   /* on the engine's active list (engine mtx) */
     int freed;

@@ -30,6 +30,11 @@ LAND, LOR, LXOR = _OPS["LAND"], _OPS["LOR"], _OPS["LXOR"]
 BAND, BOR, BXOR = _OPS["BAND"], _OPS["BOR"], _OPS["BXOR"]
 
 from .collectives.allreduce import allreduce, iallreduce  # noqa: E402
+from .collectives.partial import (MajorityAllreduce,  # noqa: E402
+                                  PartialAllreduce, PartialResult,
+                                  QuorumAllreduce, SoloAllreduce,
+                                  majority_allreduce, quorum_allreduce,
+                                  solo_allreduce)
 from . import _comm  # noqa: E402,F401  (registers the exit handler)
 
 
@@ -44,4 +49,6 @@ __all__ = ["Schedule", "Slot", "Request", "ALL", "ANY", "Op", "as_op",
            "BXOR", "allreduce", "iallreduce", "PartialcollError",
            "ScheduleError", "ScheduleBusyError", "ScheduleFreedError",
            "ThreadLevelError", "TransportError", "WaitTimeout",
-           "progress_thread_cputime"]
+           "progress_thread_cputime", "SoloAllreduce", "MajorityAllreduce",
+           "QuorumAllreduce", "PartialAllreduce", "PartialResult",
+           "solo_allreduce", "majority_allreduce", "quorum_allreduce"]

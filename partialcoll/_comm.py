@@ -81,5 +81,6 @@ def _shutdown():
                 pass
     _owned.clear()
     _dups.clear()
-    from .collectives import allreduce
+    from .collectives import allreduce, partial
     allreduce._plans.clear()
+    partial._objects.clear()

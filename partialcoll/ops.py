@@ -38,7 +38,9 @@ class Op:
             return dtype.type(1)
         if self.name == "BAND":
             return dtype.type(True) if kind == "b" else dtype.type(~dtype.type(0))
-        info = np.iinfo(dtype) if kind in "iu" else np.finfo(dtype)
+        if kind == "f":
+            return dtype.type(np.inf if self.name == "MIN" else -np.inf)
+        info = np.iinfo(dtype)
         return dtype.type(info.max if self.name == "MIN" else info.min)
 
 

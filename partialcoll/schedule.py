@@ -5,7 +5,8 @@ application triggers) executed in *rounds* by the C progress thread; see
 ``csrc/pc_sched.h`` for the exact semantics.  In short:
 
 * ``after=[a, b]`` with ``mode=ALL`` fires when both ``a`` and ``b`` completed
-  in this round; ``mode=ANY`` fires on the first of them.  Every op runs at
+  in this round; ``mode=ANY`` fires on the first of them; ``need=k`` fires
+  when k of them have.  Every op runs at
   most once per round (ops are *consumable*): a surplus input of an ANY op
   (a second predecessor completing in the same round) is discarded.
 * A round ends when every non-optional op completed.  A persistent schedule
@@ -15,6 +16,10 @@ application triggers) executed in *rounds* by the C progress thread; see
   fires round ``r`` and is discarded if that round is already past.
 * ``stamped=True`` messages carry the round number: a late one (its round is
   over) is discarded, an early one is kept for its round.
+* ``locked=True`` (nop, reduce, copy) runs under the schedule's data lock, a
+  chain of such ops inside one hold; ``with sched.data_lock():`` takes the
+  same lock, so the application can deposit into or read from buffers the
+  schedule touches while it runs.
 
 Example (two ranks exchange and sum a vector)::
 
@@ -42,7 +47,7 @@ from .ops import OPS, as_op, check_op_dtype, dtype_code
 SUM = OPS["SUM"]
 
 _C = _core.constants()
-ALL, ANY = _C["ALL"], _C["ANY"]
+ALL, ANY, ATLEAST = _C["ALL"], _C["ANY"], _C["ATLEAST"]
 _KIND_NAMES = {_C[k]: k.lower() for k in
                ("NOP", "TRIGGER", "SEND", "RECV", "REDUCE", "COPY")}
 _LIVE = weakref.WeakSet()          # every committed schedule, freed at exit
@@ -144,7 +149,8 @@ class Schedule:
         return slot
 
     def _add(self, kind, after=(), mode=ALL, optional=False, stamped=False,
-             a=None, b=None, op=None, peer=-1, tag=0, priority=0):
+             a=None, b=None, op=None, peer=-1, tag=0, priority=0, need=None,
+             locked=False):
         self._check_building()
         deps = [after] if isinstance(after, (int, np.integer)) else list(after)
         deps = list(dict.fromkeys(int(d) if isinstance(d, np.integer) else d
@@ -153,7 +159,12 @@ class Schedule:
             if not isinstance(d, (int, np.integer)) or not 0 <= d < len(self._ops):
                 raise ScheduleError(f"dependency {d!r} is not an op of this "
                                     "schedule (ops can only depend on earlier ops)")
-        if mode not in (ALL, ANY):
+        if need is not None:
+            if not 1 <= need <= len(deps):
+                raise ScheduleError(f"need={need} but the op has {len(deps)} "
+                                    "dependencies")
+            mode = ATLEAST
+        elif mode not in (ALL, ANY):
             raise ScheduleError("mode must be partialcoll.ALL or partialcoll.ANY")
         if a is not None and b is not None and a.count != b.count:
             raise ScheduleError(f"{a} and {b} have different lengths")
@@ -162,12 +173,15 @@ class Schedule:
         self._ops.append(dict(kind=kind, deps=[int(d) for d in deps], mode=mode,
                               optional=optional, stamped=stamped, a=a, b=b,
                               op=op, peer=int(peer), tag=int(tag),
-                              priority=int(priority)))
+                              priority=int(priority), need=need or 0,
+                              locked=locked))
         return len(self._ops) - 1
 
-    def nop(self, after=(), mode=ALL, optional=False):
-        """A no-op: completes as soon as its dependencies allow."""
-        return self._add(_C["NOP"], after, mode, optional)
+    def nop(self, after=(), mode=ALL, optional=False, need=None, locked=False):
+        """A no-op: completes as soon as its dependencies allow (all of them,
+        any of them, or ``need`` of them)."""
+        return self._add(_C["NOP"], after, mode, optional, need=need,
+                         locked=locked)
 
     def trigger(self, optional=False):
         """A NOP that only :meth:`fire` completes (the internal activation)."""
@@ -195,7 +209,8 @@ class Schedule:
         return self._add(_C["RECV"], after, mode, optional, stamped, a=a,
                          peer=peer, tag=tag, priority=priority)
 
-    def reduce(self, dst, src, op=SUM, *, after=(), mode=ALL, optional=False):
+    def reduce(self, dst, src, op=SUM, *, after=(), mode=ALL, optional=False,
+               locked=False):
         """``dst = dst op src`` elementwise, on the executing thread."""
         op = as_op(op)
         dst, src = _ref(dst), _ref(src)
@@ -203,14 +218,16 @@ class Schedule:
         if not dst.slot.writable:
             raise ScheduleError(f"reduction target {dst} is read-only")
         return self._add(_C["REDUCE"], after, mode, optional, a=dst, b=src,
-                         op=op)
+                         op=op, locked=locked)
 
-    def copy(self, dst, src, *, after=(), mode=ALL, optional=False):
+    def copy(self, dst, src, *, after=(), mode=ALL, optional=False,
+             locked=False):
         """``dst = src``."""
         dst, src = _ref(dst), _ref(src)
         if not dst.slot.writable:
             raise ScheduleError(f"copy target {dst} is read-only")
-        return self._add(_C["COPY"], after, mode, optional, a=dst, b=src)
+        return self._add(_C["COPY"], after, mode, optional, a=dst, b=src,
+                         locked=locked)
 
     def __len__(self):
         return len(self._ops)
@@ -223,7 +240,8 @@ class Schedule:
         for i, o in enumerate(self._ops):
             a, b = o["a"], o["b"]
             flags = (_C["F_OPTIONAL"] if o["optional"] else 0) | \
-                    (_C["F_STAMPED"] if o["stamped"] else 0)
+                    (_C["F_STAMPED"] if o["stamped"] else 0) | \
+                    (_C["F_LOCKED"] if o["locked"] else 0)
             item = a.slot.dtype.itemsize if a is not None else 0
             desc[i] = [o["kind"], o["mode"], flags,
                        a.slot.index if a else -1, a.start * item if a else 0,
@@ -232,7 +250,7 @@ class Schedule:
                        dtype_code(a.slot.dtype) if a else 0,
                        o["op"].code if o["op"] else 0,
                        o["peer"], o["tag"] if o["peer"] >= 0 else 0,
-                       o["priority"], len(o["deps"]), len(deps)]
+                       o["priority"], len(o["deps"]), len(deps), o["need"]]
             deps.extend(o["deps"])
         return desc.tobytes(), np.asarray(deps, dtype=np.int64).tobytes()
 
@@ -284,6 +302,10 @@ class Schedule:
     def test(self, round=None):
         s = self._core_sched()
         return s.test(s.posted if round is None else int(round) + 1)
+
+    def data_lock(self):
+        """Context manager holding the data lock that ``locked`` ops take."""
+        return _DataLock(self._core_sched())
 
     @property
     def rounds(self):
@@ -338,13 +360,26 @@ class Schedule:
                 label += " (stamped)" if o["stamped"] else f"\\n{o['a']}"
             elif kind in ("reduce", "copy"):
                 label += f" {o['op'].name if o['op'] else ''}\\n{o['a']} <- {o['b']}"
-            style = ["filled"] + (["dashed"] if o["mode"] == ANY else [])
+            if o["need"]:
+                label += f"\\n({o['need']} of {len(o['deps'])})"
+            style = ["filled"] + (["dashed"] if o["mode"] != ALL else [])
             color = "lightgrey" if o["optional"] else colors[kind]
             lines.append(f'  n{i} [label="{label}", fillcolor="{color}", '
                          f'style="{",".join(style)}"];')
             lines += [f"  n{d} -> n{i};" for d in o["deps"]]
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+
+class _DataLock:
+    def __init__(self, core):
+        self._core = core
+
+    def __enter__(self):
+        self._core.lock()
+
+    def __exit__(self, *exc):
+        self._core.unlock()
 
 
 def free_all():

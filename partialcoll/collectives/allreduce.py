@@ -23,7 +23,8 @@ DEFAULT_THRESHOLD = 16384
 ALGORITHMS = ("recursive_doubling", "ring", "rabenseifner")
 
 
-def build_recursive_doubling(s, size, rank, send, recv, tmp, op, inplace):
+def build_recursive_doubling(s, size, rank, send, recv, tmp, op, inplace, after=(),
+                             tag0=0):
     """Recursive doubling; non-powers of two fold the excess ranks first.
 
     P = 6 (p2 = 4, rem = 2): ranks 0 and 2 hand their vector to 1 and 3 and
@@ -37,16 +38,16 @@ def build_recursive_doubling(s, size, rank, send, recv, tmp, op, inplace):
 
     Returns the index of the last op.
     """
-    prev = [] if inplace else [s.copy(recv, send)]
+    prev = list(after) if inplace else [s.copy(recv, send, after=after)]
     p2 = 1 << (size.bit_length() - 1)
     rem = size - p2
     steps = p2.bit_length() - 1
     unfold_tag = steps + 1
     if rank < 2 * rem and rank % 2 == 0:            # folded away
-        snd = s.send(recv, rank + 1, tag=0, after=prev)
-        return s.recv(recv, rank + 1, tag=unfold_tag, after=[snd])
+        snd = s.send(recv, rank + 1, tag=tag0 + 0, after=prev)
+        return s.recv(recv, rank + 1, tag=tag0 + unfold_tag, after=[snd])
     if rank < 2 * rem:                              # absorbs rank - 1
-        r = s.recv(tmp, rank - 1, tag=0)
+        r = s.recv(tmp, rank - 1, tag=tag0 + 0)
         prev = [s.reduce(recv, tmp, op, after=prev + [r])]
         new = rank // 2
     else:
@@ -54,15 +55,16 @@ def build_recursive_doubling(s, size, rank, send, recv, tmp, op, inplace):
     for k in range(steps):
         pnew = new ^ (1 << k)
         peer = 2 * pnew + 1 if pnew < rem else pnew + rem
-        snd = s.send(recv, peer, tag=k + 1, after=prev)
-        rcv = s.recv(tmp, peer, tag=k + 1, after=prev)
+        snd = s.send(recv, peer, tag=tag0 + k + 1, after=prev)
+        rcv = s.recv(tmp, peer, tag=tag0 + k + 1, after=prev)
         prev = [s.reduce(recv, tmp, op, after=[snd, rcv])]
     if rank < 2 * rem:
-        return s.send(recv, rank - 1, tag=unfold_tag, after=prev)
+        return s.send(recv, rank - 1, tag=tag0 + unfold_tag, after=prev)
     return prev[0]
 
 
-def build_ring(s, size, rank, send, recv, tmp, op, inplace):
+def build_ring(s, size, rank, send, recv, tmp, op, inplace, after=(),
+               tag0=0):
     """Ring reduce-scatter followed by a ring allgather (bandwidth optimal).
 
     The vector is cut into P chunks.  In reduce-scatter step t, rank r sends
@@ -84,19 +86,19 @@ def build_ring(s, size, rank, send, recv, tmp, op, inplace):
     half = max(counts)
     chunk = [recv[offs[i]:offs[i + 1]] for i in range(size)]
     right, left = (rank + 1) % size, (rank - 1) % size
-    init = [] if inplace else [s.copy(recv, send)]
+    init = list(after) if inplace else [s.copy(recv, send, after=after)]
     reds, snds = [], []
     for t in range(size - 1):
         sc, rc = (rank - t) % size, (rank - t - 1) % size
         buf = tmp[(t % 2) * half:(t % 2) * half + counts[rc]]
-        snds.append(s.send(chunk[sc], right, tag=t, after=reds[-1:] or init))
-        rcv = s.recv(buf, left, tag=t, after=reds[-2:-1])
+        snds.append(s.send(chunk[sc], right, tag=tag0 + t, after=reds[-1:] or init))
+        rcv = s.recv(buf, left, tag=tag0 + t, after=reds[-2:-1])
         reds.append(s.reduce(chunk[rc], buf, op, after=[rcv] + init))
     last = reds[-1:]
     for t in range(size - 1):
         sc, rc = (rank + 1 - t) % size, (rank - t) % size
-        s.send(chunk[sc], right, tag=size - 1 + t, after=last)
-        last = [s.recv(chunk[rc], left, tag=size - 1 + t,
+        s.send(chunk[sc], right, tag=tag0 + size - 1 + t, after=last)
+        last = [s.recv(chunk[rc], left, tag=tag0 + size - 1 + t,
                        after=[reds[-1], snds[t]] + last)]
 
 
@@ -110,7 +112,8 @@ def _fold(s, size, rank):
     return p2, rem, new, (lambda v: 2 * v + 1 if v < rem else v + rem)
 
 
-def build_rabenseifner(s, size, rank, send, recv, tmp, op, inplace):
+def build_rabenseifner(s, size, rank, send, recv, tmp, op, inplace, after=(),
+                       tag0=0):
     """Reduce-scatter by recursive halving, allgather by recursive doubling.
 
     The vector is cut into p2 chunks.  Halving: at distance m = p2/2, ..., 1
@@ -127,15 +130,15 @@ def build_rabenseifner(s, size, rank, send, recv, tmp, op, inplace):
     does.  2 log2(p2) steps of shrinking/growing size: bandwidth optimal with
     fewer synchronisations than the ring.
     """
-    prev = [] if inplace else [s.copy(recv, send)]
+    prev = list(after) if inplace else [s.copy(recv, send, after=after)]
     p2, rem, new, real = _fold(s, size, rank)
     steps = p2.bit_length() - 1
     unfold_tag = 2 * steps + 1
     if new is None:                                  # folded away
-        snd = s.send(recv, rank + 1, tag=0, after=prev)
-        return s.recv(recv, rank + 1, tag=unfold_tag, after=[snd])
+        snd = s.send(recv, rank + 1, tag=tag0 + 0, after=prev)
+        return s.recv(recv, rank + 1, tag=tag0 + unfold_tag, after=[snd])
     if rank < 2 * rem:
-        r = s.recv(tmp, rank - 1, tag=0)
+        r = s.recv(tmp, rank - 1, tag=tag0 + 0)
         prev = [s.reduce(recv, tmp, op, after=prev + [r])]
     n = recv.size
     counts = [n // p2 + (1 if i < n % p2 else 0) for i in range(p2)]
@@ -151,8 +154,8 @@ def build_rabenseifner(s, size, rank, send, recv, tmp, op, inplace):
             ((lo, mid), (mid, hi))
         k = offs[keep[1]] - offs[keep[0]]
         peer = real(new ^ mask)
-        gave[mask] = s.send(rng(*give), peer, tag=tag, after=prev)
-        rcv = s.recv(tmp[0:k], peer, tag=tag, after=prev)
+        gave[mask] = s.send(rng(*give), peer, tag=tag0 + tag, after=prev)
+        rcv = s.recv(tmp[0:k], peer, tag=tag0 + tag, after=prev)
         prev = [s.reduce(rng(*keep), tmp[0:k], op, after=[gave[mask], rcv])]
         (lo, hi), mask, tag = keep, mask // 2, tag + 1
     mask = 1
@@ -160,12 +163,12 @@ def build_rabenseifner(s, size, rank, send, recv, tmp, op, inplace):
         width = hi - lo
         other = (lo - width, lo) if new & mask else (hi, hi + width)
         peer = real(new ^ mask)
-        s.send(rng(lo, hi), peer, tag=tag, after=prev)
-        prev = [s.recv(rng(*other), peer, tag=tag, after=prev + [gave[mask]])]
+        s.send(rng(lo, hi), peer, tag=tag0 + tag, after=prev)
+        prev = [s.recv(rng(*other), peer, tag=tag0 + tag, after=prev + [gave[mask]])]
         lo, hi = min(lo, other[0]), max(hi, other[1])
         mask, tag = mask * 2, tag + 1
     if rank < 2 * rem:
-        return s.send(recv, rank - 1, tag=unfold_tag, after=prev)
+        return s.send(recv, rank - 1, tag=tag0 + unfold_tag, after=prev)
     return prev[0]
 
 

@@ -1,0 +1,452 @@
+"""Partial allreduce: solo, majority and quorum(k), as persistent schedules.
+
+One persistent schedule per object, re-armed by the executor every round::
+
+    activation ──> snapshot (locked) ──> allreduce(data, op) ──┐
+        │                           └──> allreduce(flag, SUM) ──┴─> accumulate (locked)
+
+* activation: who may start a round.
+  - solo: every rank's trigger T (stamped with the round) starts it; the
+    activation spreads through a union of binomial trees on the circulant
+    graph x -> x + 2^j (mod P): the send on dimension j fires on ANY(T, a
+    receive on a lower dimension), so any P works and simultaneous initiators
+    give one round (consumable ops + round-stamped messages).
+  - majority: the same graph, but only the rank drawn for the round (a hash
+    of a seed shared by all ranks and the round number) fires T.
+  - quorum(k): every caller sends a stamped arrival to rank 0, whose
+    activation NOP needs k of the P arrivals, then broadcasts.
+* snapshot, under the schedule's data lock: send <- pending, pending <- identity,
+  fresh flag -> meta, deposit sequence number -> round_seq, snapshots += 1.
+* accumulate, under the lock: acc <- acc op result (catch-up) or result,
+  rounds-accumulated += 1, acc_seq <- round_seq, last_active <- sum of flags.
+
+A call deposits into `pending` under the lock; the snapshot count read in the
+same hold is R, the round that will carry the deposit.  The call's arrival
+counts for round R (solo: when no round is running or waiting to be seen;
+majority: when this rank is R's initiator; quorum: always).  If finished
+rounds are waiting it returns them at once, else it waits for the next round
+and takes `acc` under the lock.  So each contribution is in exactly
+one round, results are never overwritten while read (they are copied out
+under the lock), and a rank that missed rounds gets them all combined.
+"""
+import numpy as np
+from mpi4py import MPI
+
+from .. import _comm
+from .._buffers import as_array
+from .._errors import ScheduleError, WaitTimeout, require_thread_multiple
+from ..ops import OPS, as_op, check_op_dtype
+from ..schedule import Schedule
+from .allreduce import BUILDERS, build_recursive_doubling, choose_algorithm
+
+SUM = OPS["SUM"]
+_UFUNCS = {"SUM": np.add, "PROD": np.multiply, "MIN": np.minimum,
+           "MAX": np.maximum, "LAND": np.logical_and, "LOR": np.logical_or,
+           "LXOR": np.logical_xor, "BAND": np.bitwise_and,
+           "BOR": np.bitwise_or, "BXOR": np.bitwise_xor}
+_META = ("flag", "zero", "one", "meta_send", "meta_recv", "dep_seq",
+         "round_seq", "acc_seq", "acc_rounds", "last_active", "snaps")
+
+
+class PartialResult:
+    """What one call of a partial allreduce returns.
+
+    Attributes:
+        data: the result (an array shaped like ``like``): the latest round, or
+            with ``catch_up`` every round this rank had not seen, combined.
+        included: whether this call's contribution is in ``data``'s rounds.
+        round: index of the last round ``data`` covers (-1 if none).
+        active: processes that contributed fresh data in that round (NAP).
+        rounds: how many rounds ``data`` combines.
+    """
+
+    __slots__ = ("data", "included", "round", "active", "rounds")
+
+    def __init__(self, data, included, round, active, rounds):
+        self.data, self.included, self.round = data, included, round
+        self.active, self.rounds = active, rounds
+
+    def __repr__(self):
+        return (f"PartialResult(round={self.round}, rounds={self.rounds}, "
+                f"active={self.active}, included={self.included})")
+
+
+def _designated(seed, rnd, size):
+    """Majority's initiator of round `rnd`: splitmix64 of (seed, round)."""
+    z = (seed * 0x9E3779B97F4A7C15 + rnd + 1) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (z ^ (z >> 31)) % size
+
+
+class PartialAllreduce:
+    """Base of the partial allreduce objects (see the module docstring).
+
+    Not thread-safe: call one object from one thread.  Creating, ``flush()``
+    and ``close()`` are collective over ``comm``.
+    """
+
+    kind = None
+
+    def __init__(self, like, op=SUM, comm=None, catch_up=True, sync_every=None,
+                 *, quorum=None, seed=0, algorithm=None):
+        require_thread_multiple()
+        like = np.asarray(like)
+        op = as_op(op)
+        check_op_dtype(op, like.dtype)
+        comm = MPI.COMM_WORLD if comm is None else comm
+        if sync_every is not None and int(sync_every) < 1:
+            raise ScheduleError("sync_every must be a positive integer or None")
+        self.shape, self.dtype, self.op = like.shape, like.dtype, op
+        self.catch_up, self.seed = bool(catch_up), int(seed)
+        self.sync_every = None if sync_every is None else int(sync_every)
+        self.comm = _comm.dup(comm)
+        self._ctl = _comm.dup(comm)      # control traffic (flush, close)
+        self.size, self.rank = self.comm.Get_size(), self.comm.Get_rank()
+        self.quorum = self._check_quorum(quorum)
+        self._check_consistent(algorithm)
+        self._build(like.size, algorithm)
+        self._observed = 0               # rounds taken by this rank
+        self._calls = 0
+        self._closed = False
+        self._sched.post()
+
+    # -- construction ---------------------------------------------------
+    def _check_quorum(self, quorum):
+        return None
+
+    def _check_consistent(self, algorithm):
+        mine = {"collective": self.kind, "shape": tuple(self.shape),
+                "dtype": self.dtype.str, "op": self.op.name,
+                "quorum": self.quorum, "seed": self.seed,
+                "catch_up": self.catch_up, "sync_every": self.sync_every,
+                "algorithm": algorithm}
+        everyone = self.comm.allgather(mine)
+        bad = sorted({k for d in everyone for k in d if d[k] != everyone[0][k]})
+        if bad:
+            detail = "; ".join(f"{k}: " + ", ".join(
+                f"rank {r}={d[k]!r}" for r, d in enumerate(everyone))
+                for k in bad)
+            self._release_comms()
+            raise ScheduleError(f"{type(self).__name__} created with different "
+                                f"arguments on different ranks ({detail})")
+
+    def _build(self, n, algorithm):
+        P, rank = self.size, self.rank
+        ident = self.op.identity(self.dtype)
+        self._pending = np.full(n, ident, self.dtype)
+        self._identity = np.full(n, ident, self.dtype)
+        self._acc = np.full(n, ident, self.dtype)
+        send, recv = np.empty(n, self.dtype), np.empty(n, self.dtype)
+        self._meta = {k: np.zeros(1, np.int64) for k in _META}
+        self._meta["one"][0] = 1
+        s = self._sched = Schedule(self.comm, persistent=True)
+        b = {k: s.buffer(v, name=k) for k, v in self._meta.items()}
+        pend, idb, acc = (s.buffer(self._pending, name="pending"),
+                          s.buffer(self._identity, name="identity"),
+                          s.buffer(self._acc, name="acc"))
+        bs, br = s.buffer(send, name="send"), s.buffer(recv, name="recv")
+        mtmp = s.buffer(np.zeros(1, np.int64), name="meta_tmp")
+        algo = choose_algorithm(send.nbytes, n, P, algorithm)
+        tmp = s.buffer(np.empty(2 * (n // P + 1) if algo == "ring" else n,
+                                self.dtype), name="tmp")
+        self._tags = 2 * P + 4           # tag blocks: data, meta, activation
+        act = self._build_activation(s, 4 * self._tags)
+        c = s.copy(bs, pend, after=[act], locked=True)
+        c = s.copy(pend, idb, after=[c], locked=True)
+        c = s.copy(b["meta_send"], b["flag"], after=[c], locked=True)
+        c = s.copy(b["flag"], b["zero"], after=[c], locked=True)
+        c = s.copy(b["round_seq"], b["dep_seq"], after=[c], locked=True)
+        snap = s.reduce(b["snaps"], b["one"], SUM, after=[c], locked=True)
+        first = len(s)
+        BUILDERS[algo](s, P, rank, bs, br, tmp, self.op, False, after=[snap])
+        build_recursive_doubling(s, P, rank, b["meta_send"], b["meta_recv"],
+                                 mtmp, SUM, False, after=[snap], tag0=self._tags)
+        done = s.nop(after=list(range(first, len(s))))
+        if self.catch_up:
+            c = s.reduce(acc, br, self.op, after=[done], locked=True)
+        else:
+            c = s.copy(acc, br, after=[done], locked=True)
+        c = s.reduce(b["acc_rounds"], b["one"], SUM, after=[c], locked=True)
+        c = s.copy(b["acc_seq"], b["round_seq"], after=[c], locked=True)
+        s.copy(b["last_active"], b["meta_recv"], after=[c], locked=True)
+
+    def _build_activation(self, s, tag0):
+        """Solo/majority activation: returns the index of the activation NOP."""
+        P, rank = self.size, self.rank
+        self._trigger = s.trigger(optional=True)
+        dims = [j for j in range(P.bit_length()) if (1 << j) < P]
+        recvs = [s.recv(peer=(rank - (1 << j)) % P, tag=tag0 + j, stamped=True,
+                        optional=True) for j in dims]
+        for j in dims:
+            s.send(peer=(rank + (1 << j)) % P, tag=tag0 + j, stamped=True,
+                   optional=True, after=[self._trigger] + recvs[:j], mode=1)
+        return s.nop(after=[self._trigger] + recvs, mode=1)
+
+    # -- calls ----------------------------------------------------------
+    def __call__(self, sendbuf):
+        """Contribute ``sendbuf`` and return a :class:`PartialResult`."""
+        return self.start(sendbuf).wait()
+
+    def start(self, sendbuf):
+        """Non-blocking form: returns a request with ``test()``/``wait()``."""
+        x = self._check_open_and_buffer(sendbuf)
+        self._calls += 1
+        core, m = self._sched._core_sched(), self._meta
+        core.lock()
+        try:
+            _UFUNCS[self.op.name](self._pending, x, out=self._pending)
+            m["dep_seq"][0] += 1
+            m["flag"][0] = 1
+            seq, waiting = int(m["dep_seq"][0]), int(m["acc_rounds"][0])
+            rnd = int(m["snaps"][0])        # the round that takes this deposit
+        finally:
+            core.unlock()
+        if self.sync_every and self._calls % self.sync_every == 0:
+            return _Ready(self._synchronous_round(seq, rnd))  # noqa
+        self._arrive(rnd, waiting)
+        if waiting:                       # finished rounds not yet observed
+            return _Ready(self._take(seq))
+        return _PartialRequest(self, self._observed, seq)
+
+    def _arrive(self, rnd, waiting):
+        """Solo: a caller with nothing to collect and no round running
+        starts round `rnd` (the first arrival activates everyone)."""
+        if not waiting and rnd == self._observed:
+            self._sched.fire(self._trigger, round=rnd)
+
+    def flush(self):
+        """A synchronous round that every rank calls: returns everything
+        still pending (every rank's deposits, and the rounds this rank has
+        not observed) as a :class:`PartialResult`."""
+        self._check_open()
+        return self._synchronous_round(int(self._meta["dep_seq"][0]), None)
+
+    def _synchronous_round(self, seq, rnd, stall=0.002):
+        """Every rank calls this (flush, close, the sync_every-th call).
+
+        Phase 1, until all ranks are here (a non-blocking barrier): this rank
+        makes no other call, so it must count as arrived for every round,
+        or ranks still inside a call would wait on it forever (majority's
+        drawn initiator, quorum's k-th arrival).  It starts any round that
+        stalls for `stall` seconds.  Phase 2: the last round any rank still
+        needs (its snapshot count) is agreed by MAX; every rank arrives for
+        its own and waits for that one.  No round is started after it.
+        """
+        barrier = self._ctl.Ibarrier()
+        while not barrier.Test():
+            rnd = self._snapshots()
+            try:
+                self._sched.wait(round=rnd, timeout=stall)
+            except WaitTimeout:
+                self._sched.fire(self._trigger, round=rnd)
+        rnd = self._snapshots()
+        self._sched.fire(self._trigger, round=rnd)
+        last = self._ctl.allreduce(rnd, op=MPI.MAX)
+        self._sched.wait(round=last)
+        return self._take(seq)
+
+    def _snapshots(self):
+        core = self._sched._core_sched()
+        core.lock()
+        rnd = int(self._meta["snaps"][0])
+        core.unlock()
+        return rnd
+
+    def _take(self, seq):
+        core, m = self._sched._core_sched(), self._meta
+        core.lock()
+        try:
+            data = self._acc.copy()
+            self._acc[...] = self._identity
+            nr = int(m["acc_rounds"][0])
+            m["acc_rounds"][0] = 0
+            included = int(m["acc_seq"][0]) >= seq
+            active = int(m["last_active"][0])
+        finally:
+            core.unlock()
+        self._observed += nr
+        return PartialResult(data.reshape(self.shape), included,
+                             self._observed - 1, active, nr)
+
+    # -- housekeeping ---------------------------------------------------
+    @property
+    def rounds(self):
+        """Rounds completed by this rank's schedule so far."""
+        return self._sched.rounds
+
+    def close(self):
+        """Collective: a final synchronous round (so nothing pending is
+        lost: its :class:`PartialResult` is returned), then free everything.
+        Idempotent."""
+        if self._closed:
+            return None
+        res = self.flush()
+        self._ctl.Barrier()
+        self._sched.free()
+        self._release_comms()
+        self._closed = True
+        return res
+
+    def _release_comms(self):
+        _comm.release(self.comm)
+        _comm.release(self._ctl)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _check_open(self):
+        if self._closed:
+            raise ScheduleError(f"this {type(self).__name__} is closed")
+
+    def _check_open_and_buffer(self, sendbuf):
+        self._check_open()
+        x = as_array(sendbuf, "sendbuf")
+        if x.dtype != self.dtype or x.size != self._pending.size:
+            raise ScheduleError(f"sendbuf is {x.dtype}[{x.size}], this "
+                                f"{type(self).__name__} takes {self.dtype}"
+                                f"{list(self.shape)}")
+        return x
+
+
+class _PartialRequest:
+    def __init__(self, ar, rnd, seq):
+        self._ar, self._round, self._seq, self._res = ar, rnd, seq, None
+
+    def test(self):
+        """True when the round completed (``wait()`` then returns at once)."""
+        return self._res is not None or \
+            self._ar._sched.test(round=self._round)
+
+    def wait(self, timeout=None):
+        """Wait for the round and return the :class:`PartialResult`."""
+        if self._res is None:
+            self._ar._sched.wait(round=self._round, timeout=timeout)
+            self._res = self._ar._take(self._seq)
+        return self._res
+
+
+class _Ready:
+    def __init__(self, res):
+        self._res = res
+
+    def test(self):
+        return True
+
+    def wait(self, timeout=None):
+        return self._res
+
+
+class SoloAllreduce(PartialAllreduce):
+    """Wait-free partial allreduce: the first caller starts the round and
+    activates everyone; late callers' data goes into the next round.
+
+    Example::
+
+        ar = pc.SoloAllreduce(np.zeros(10))
+        res = ar(grad)            # res.data, res.included, res.active
+        ar.flush(); ar.close()
+    """
+
+    kind = "solo"
+
+
+class MajorityAllreduce(PartialAllreduce):
+    """Partial allreduce whose round starts when a randomly drawn rank (the
+    same on every rank, from ``seed`` and the round number) arrives: on
+    average half the processes contribute fresh data."""
+
+    kind = "majority"
+
+    def _arrive(self, rnd, waiting):
+        if _designated(self.seed, rnd, self.size) == self.rank:
+            self._sched.fire(self._trigger, round=rnd)
+
+
+class QuorumAllreduce(PartialAllreduce):
+    """Partial allreduce whose round starts once ``quorum`` processes have
+    arrived: at least k fresh contributions per round, guaranteed.  k = 1 is
+    solo-like, k = P a full synchronous allreduce."""
+
+    kind = "quorum"
+
+    def __init__(self, like, quorum, op=SUM, comm=None, catch_up=True,
+                 sync_every=None, *, algorithm=None):
+        super().__init__(like, op, comm, catch_up, sync_every, quorum=quorum,
+                         algorithm=algorithm)
+
+    def _arrive(self, rnd, waiting):
+        self._sched.fire(self._trigger, round=rnd)   # an arrival, always
+
+    def _check_quorum(self, quorum):
+        if quorum is None or not 1 <= int(quorum) <= self.size:
+            self._release_comms()
+            raise ScheduleError(f"quorum must be between 1 and the number of "
+                                f"processes ({self.size}), got {quorum!r}")
+        return int(quorum)
+
+    def _build_activation(self, s, tag0):
+        """Arrivals go to rank 0; its activation needs `quorum` of them and
+        is broadcast on the same circulant trees as solo's."""
+        P, rank = self.size, self.rank
+        self._trigger = s.trigger(optional=True)
+        dims = [j for j in range(P.bit_length()) if (1 << j) < P]
+        arrive_tag = tag0 + 64
+        if rank == 0:
+            arrivals = [s.recv(peer=p, tag=arrive_tag, stamped=True,
+                               optional=True) for p in range(1, P)]
+            act = s.nop(after=[self._trigger] + arrivals, need=self.quorum)
+            for j in dims:
+                s.send(peer=1 << j, tag=tag0 + j, stamped=True, optional=True,
+                       after=[act])
+            return act
+        s.send(peer=0, tag=arrive_tag, stamped=True, optional=True,
+               after=[self._trigger])
+        recvs = [s.recv(peer=(rank - (1 << j)) % P, tag=tag0 + j, stamped=True,
+                        optional=True) for j in dims]
+        for j in dims[1:]:
+            s.send(peer=(rank + (1 << j)) % P, tag=tag0 + j, stamped=True,
+                   optional=True, after=recvs[:j], mode=1)
+        return s.nop(after=recvs, mode=1)
+
+
+_objects = {}
+
+
+def _function_form(cls, sendbuf, recvbuf, op, comm, **kw):
+    comm = MPI.COMM_WORLD if comm is None else comm
+    x = as_array(sendbuf, "sendbuf")
+    shape = sendbuf.shape if isinstance(sendbuf, np.ndarray) else x.shape
+    key = (cls, MPI._handleof(comm), shape, x.dtype.str, as_op(op).name,
+           tuple(sorted(kw.items())))
+    ar = _objects.get(key)
+    if ar is None or ar._closed:
+        ar = _objects[key] = cls(np.empty(shape, x.dtype), op=op, comm=comm, **kw)
+    res = ar(x)
+    if recvbuf is not None:
+        out = as_array(recvbuf, "recvbuf")
+        out[...] = res.data.reshape(-1)
+        res.data = recvbuf
+    return res
+
+
+def solo_allreduce(sendbuf, recvbuf=None, op=SUM, comm=None):
+    """Solo allreduce for mpi4py programs; reuses one persistent
+    :class:`SoloAllreduce` per (comm, shape, dtype, op).  Returns a
+    :class:`PartialResult` (``recvbuf``, if given, receives ``res.data``)."""
+    return _function_form(SoloAllreduce, sendbuf, recvbuf, op, comm)
+
+
+def majority_allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, seed=0):
+    """Majority allreduce for mpi4py programs (see :func:`solo_allreduce`)."""
+    return _function_form(MajorityAllreduce, sendbuf, recvbuf, op, comm,
+                          seed=seed)
+
+
+def quorum_allreduce(sendbuf, quorum, recvbuf=None, op=SUM, comm=None):
+    """Quorum(k) allreduce for mpi4py programs (see :func:`solo_allreduce`)."""
+    return _function_form(QuorumAllreduce, sendbuf, recvbuf, op, comm,
+                          quorum=quorum)
