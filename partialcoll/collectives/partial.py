@@ -230,8 +230,9 @@ class PartialAllreduce:
         or ranks still inside a call would wait on it forever (majority's
         drawn initiator, quorum's k-th arrival).  It starts any round that
         stalls for `stall` seconds.  Phase 2: the last round any rank still
-        needs (its snapshot count) is agreed by MAX; every rank arrives for
-        its own and waits for that one.  No round is started after it.
+        needs (its snapshot count: rounds before it have started somewhere)
+        is agreed by MAX; every rank arrives for it (quorum needs k arrivals)
+        and waits for it.  No round is started after it.
         """
         barrier = self._ctl.Ibarrier()
         while not barrier.Test():
@@ -240,9 +241,8 @@ class PartialAllreduce:
                 self._sched.wait(round=rnd, timeout=stall)
             except WaitTimeout:
                 self._sched.fire(self._trigger, round=rnd)
-        rnd = self._snapshots()
-        self._sched.fire(self._trigger, round=rnd)
-        last = self._ctl.allreduce(rnd, op=MPI.MAX)
+        last = self._ctl.allreduce(self._snapshots(), op=MPI.MAX)
+        self._sched.fire(self._trigger, round=last)
         self._sched.wait(round=last)
         return self._take(seq)
 
