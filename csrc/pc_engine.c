@@ -222,7 +222,8 @@ int pc_engine_fire(pc_sched *s, int op, int64_t round)
             s->capsfire = cap;
         }
         s->sfire_round[s->nsfire] = (uint64_t)round;
-        s->sfire_op[s->nsfire++] = op;
+        s->sfire_op[s->nsfire] = op;
+        atomic_fetch_add(&s->nsfire, 1);
         pthread_mutex_unlock(&s->fire_mtx);
     }
     pc_engine_wake();

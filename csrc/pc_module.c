@@ -46,14 +46,16 @@ static void release_views(SchedObject *self)
 static int sched_init(SchedObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"desc", "deps", "nslots", "comm_addr",
-                             "persistent", "comm", NULL};
+                             "persistent", "comm", "stamp_id", NULL};
     Py_buffer desc, deps;
     int nslots, persistent;
     unsigned long long comm_addr;
     PyObject *comm;
+    unsigned long long stamp_id = 0;
     char err[512] = "";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*y*iKpO", kwlist, &desc, &deps,
-                                     &nslots, &comm_addr, &persistent, &comm))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*y*iKpO|K", kwlist, &desc,
+                                     &deps, &nslots, &comm_addr, &persistent,
+                                     &comm, &stamp_id))
         return -1;
     int rc = PC_EINVAL;
     if (desc.len % (PC_DESC_LEN * 8) || deps.len % 8) {
@@ -80,7 +82,7 @@ static int sched_init(SchedObject *self, PyObject *args, PyObject *kw)
     rc = pc_sched_create((const int64_t *)desc.buf,
                          (int)(desc.len / (PC_DESC_LEN * 8)),
                          (const int64_t *)deps.buf, deps.len / 8, nslots, c,
-                         persistent, &self->s, err, sizeof err);
+                         persistent, stamp_id, &self->s, err, sizeof err);
     if (rc == PC_OK) {
         self->nslots = nslots;
         self->views = PyMem_Calloc((size_t)nslots + 1, sizeof(Py_buffer));
@@ -219,10 +221,19 @@ static int wait_upto(SchedObject *self, unsigned long long upto, double timeout)
         raise_rc(PC_EINVAL, "waiting for a round that was never posted");
         return -1;
     }
+    /* Wait in slices so that signals (Ctrl-C) are handled while blocked. */
     pc_sched *s = self->s;
-    Py_BEGIN_ALLOW_THREADS
-    rc = pc_engine_wait(s, upto, timeout);
-    Py_END_ALLOW_THREADS
+    double left = timeout;
+    for (;;) {
+        double slice = (left >= 0 && left < 0.1) ? left : 0.1;
+        Py_BEGIN_ALLOW_THREADS
+        rc = pc_engine_wait(s, upto, slice);
+        Py_END_ALLOW_THREADS
+        if (rc != PC_ETIMEOUT || (left >= 0 && (left -= slice) <= 0))
+            break;
+        if (PyErr_CheckSignals() < 0)
+            return -1;
+    }
     if (rc == PC_ETIMEOUT) {
         char msg[128];
         snprintf(msg, sizeof msg, "round %llu did not complete within %.3f s",
@@ -341,10 +352,12 @@ static PyObject *sched_get_stats(SchedObject *self, void *c)
     (void)c;
     if (check_open(self))
         return NULL;
-    return Py_BuildValue("{sKsK}", "stale",
+    return Py_BuildValue("{sKsKsK}", "stale",
                          (unsigned long long)atomic_load(&self->s->stale),
                          "surplus",
-                         (unsigned long long)atomic_load(&self->s->surplus));
+                         (unsigned long long)atomic_load(&self->s->surplus),
+                         "foreign",
+                         (unsigned long long)atomic_load(&self->s->foreign));
 }
 
 static PyObject *sched_get_freed(SchedObject *self, void *c)

@@ -59,7 +59,8 @@ out:
 
 int pc_sched_create(const int64_t *desc, int nops, const int64_t *deps,
                     int64_t ndeps, int nslots, MPI_Comm comm, int persistent,
-                    pc_sched **out, char *err, size_t errlen)
+                    uint64_t stamp_id, pc_sched **out, char *err,
+                    size_t errlen)
 {
     int rc = PC_OK, size = 0, tag_ub_flag = 0, *tag_ub = NULL;
     pc_sched *s = calloc(1, sizeof(*s));
@@ -68,6 +69,7 @@ int pc_sched_create(const int64_t *desc, int nops, const int64_t *deps,
     s->nops = nops;
     s->nslots = nslots;
     s->persistent = persistent;
+    s->stamp_id = stamp_id;
     s->comm = comm;
     s->tp = &pc_transport_mpi;
     pthread_mutex_init(&s->fire_mtx, NULL);
@@ -354,9 +356,10 @@ static int start(pc_sched *s, int i)
         int count = (int)op->count, tag = op->tag + s->tag_base;
         MPI_Datatype dt = pc_mpi_dtype(op->dtype, PC_SUM);
         if (op->flags & PC_F_STAMPED) {
-            op->stamp = s->round;
-            buf = &op->stamp;
-            count = 1;
+            op->stamp[0] = s->stamp_id;
+            op->stamp[1] = s->round;
+            buf = op->stamp;
+            count = 2;
             dt = MPI_UINT64_T;
             tag = op->tag;
         } else {
@@ -492,7 +495,7 @@ static int absorb_fires(pc_sched *s)
             n++;
         }
     }
-    if (s->nsfire) {
+    if (atomic_load(&s->nsfire)) {
         pthread_mutex_lock(&s->fire_mtx);
         int keep = 0;
         for (int k = 0; k < s->nsfire; k++) {
@@ -515,7 +518,7 @@ static int post_stamped_recv(pc_sched *s, int i)
 {
     pc_op *op = &s->ops[i];
     MPI_Request req;
-    int rc = s->tp->irecv(&op->stamp, 1, MPI_UINT64_T, op->peer, op->tag,
+    int rc = s->tp->irecv(op->stamp, 2, MPI_UINT64_T, op->peer, op->tag,
                           s->comm, &req);
     if (rc != MPI_SUCCESS) {
         set_error(s, PC_EMPI, "stamped receive failed", rc);
@@ -541,7 +544,10 @@ static int test_requests(pc_sched *s)
         int i = s->req_op[s->indices[k]];
         pc_op *op = &s->ops[i];
         if (op->kind == PC_RECV && (op->flags & PC_F_STAMPED)) {
-            deliver(s, i, op->stamp);
+            if (op->stamp[0] == s->stamp_id)
+                deliver(s, i, op->stamp[1]);
+            else
+                atomic_fetch_add(&s->foreign, 1);
             s->indices[nrepost++] = i;   /* reuse: ops to re-post */
         } else {
             s->inflight--;

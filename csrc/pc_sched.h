@@ -43,6 +43,9 @@
  *     s >  current round: banked, delivered when round s is armed.
  *   This is what keeps a late activation message of round r from being taken
  *   for round r+1, without the wrapping tag-version scheme of the prior art.
+ *   The message also carries the schedule's stamp id (agreed by the builder
+ *   across ranks): a message left over from another schedule whose
+ *   communicator had the same context id is dropped (counted as foreign).
  *
  * Triggers
  *   pc_sched_fire(op, -1) banks one fire: each banked fire is consumed by
@@ -146,7 +149,7 @@ typedef struct pc_op {
     /* runtime state, touched only by whoever holds the progress lock */
     int ndone;              /* predecessors completed this round */
     int state;              /* OP_IDLE / OP_ACTIVE / OP_DONE (this round) */
-    uint64_t stamp;         /* stamped ops: round number payload */
+    uint64_t stamp[2];      /* stamped ops: payload {stamp id, round} */
     uint64_t *bank;         /* stamped recv: banked future rounds (sorted) */
     int nbank, capbank;
     /* triggers: fires requested by the application (monotonic) and used */
@@ -163,6 +166,7 @@ struct pc_sched {
     MPI_Comm comm;
     const pc_transport *tp;
     int tag_base, max_tag, tag_ub;  /* tags of un-stamped ops are offset */
+    uint64_t stamp_id;            /* carried by stamped messages */
 
     /* shared between the application and the progress side */
     _Atomic uint64_t posted;      /* rounds requested (non-persistent) */
@@ -170,10 +174,12 @@ struct pc_sched {
     _Atomic int error;            /* first error, PC_OK if none; set  */
     _Atomic int error_claimed;    /* after errmsg is written           */
     _Atomic uint64_t stale, surplus; /* discarded stamped inputs (stats) */
+    _Atomic uint64_t foreign;     /* stamped messages of another schedule */
     char errmsg[256];
     pthread_mutex_t fire_mtx;     /* protects the stamped-fire list */
     pthread_mutex_t data_mtx;     /* held by LOCKED ops and the application */
-    uint64_t *sfire_round; int *sfire_op; int nsfire, capsfire;
+    uint64_t *sfire_round; int *sfire_op; int capsfire;
+    _Atomic int nsfire;
     int active;                   /* on the engine's active list (engine mtx) */
     int freed;
 
@@ -195,7 +201,8 @@ struct pc_sched {
 /* pc_sched.c */
 int pc_sched_create(const int64_t *desc, int nops, const int64_t *deps,
                     int64_t ndeps, int nslots, MPI_Comm comm, int persistent,
-                    pc_sched **out, char *err, size_t errlen);
+                    uint64_t stamp_id, pc_sched **out, char *err,
+                    size_t errlen);
 int pc_sched_bind(pc_sched *s, int slot, void *ptr, int64_t len, int writable);
 int pc_sched_set_tag_base(pc_sched *s, int base);
 int pc_sched_check_buffers(pc_sched *s, char *err, size_t errlen);

@@ -113,14 +113,19 @@ class Schedule:
             ``MPI.COMM_WORLD``).  Collectives give each schedule a duplicate;
             a hand-built schedule uses exactly the communicator it is given.
         persistent: re-arm automatically after every round.
+        stamp_id: identity carried by stamped messages, the same on every
+            rank; a stamped message with another id (left over from an
+            earlier schedule on a communicator with the same context id) is
+            dropped.  Collectives draw one at random per object.
     """
 
-    def __init__(self, comm=None, persistent=False):
+    def __init__(self, comm=None, persistent=False, stamp_id=0):
         require_thread_multiple()
         self.comm = MPI.COMM_WORLD if comm is None else comm
         if not isinstance(self.comm, MPI.Comm):
             raise ScheduleError("comm must be an mpi4py communicator")
         self.persistent = bool(persistent)
+        self.stamp_id = int(stamp_id) & 0xFFFFFFFFFFFFFFFF
         self._ops = []          # dicts, in append order
         self._slots = []
         self._arrays = {}       # slot index -> array bound at build time
@@ -210,7 +215,7 @@ class Schedule:
                          peer=peer, tag=tag, priority=priority)
 
     def reduce(self, dst, src, op=SUM, *, after=(), mode=ALL, optional=False,
-               locked=False):
+               need=None, locked=False):
         """``dst = dst op src`` elementwise, on the executing thread."""
         op = as_op(op)
         dst, src = _ref(dst), _ref(src)
@@ -218,16 +223,16 @@ class Schedule:
         if not dst.slot.writable:
             raise ScheduleError(f"reduction target {dst} is read-only")
         return self._add(_C["REDUCE"], after, mode, optional, a=dst, b=src,
-                         op=op, locked=locked)
+                         op=op, need=need, locked=locked)
 
-    def copy(self, dst, src, *, after=(), mode=ALL, optional=False,
+    def copy(self, dst, src, *, after=(), mode=ALL, optional=False, need=None,
              locked=False):
         """``dst = src``."""
         dst, src = _ref(dst), _ref(src)
         if not dst.slot.writable:
             raise ScheduleError(f"copy target {dst} is read-only")
         return self._add(_C["COPY"], after, mode, optional, a=dst, b=src,
-                         locked=locked)
+                         need=need, locked=locked)
 
     def __len__(self):
         return len(self._ops)
@@ -262,7 +267,7 @@ class Schedule:
         desc, deps = self._descriptors()
         self._sched = _core.Sched(desc, deps, len(self._slots),
                                   MPI._addressof(self.comm), self.persistent,
-                                  self.comm)
+                                  self.comm, self.stamp_id)
         _LIVE.add(self)
         for index, arr in self._arrays.items():
             self.bind(self._slots[index], arr)
@@ -314,7 +319,9 @@ class Schedule:
 
     @property
     def stats(self):
-        """Discarded stamped inputs: ``stale`` (round over) and ``surplus``."""
+        """Discarded inputs: ``stale`` (stamped, round over), ``surplus``
+        (an op's input beyond what fired it) and ``foreign`` (a stamped
+        message of another schedule)."""
         return self._core_sched().stats
 
     def free(self):

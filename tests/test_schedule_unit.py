@@ -231,3 +231,64 @@ def test_idle_progress_thread_uses_no_cpu():
     c0 = pc.progress_thread_cputime()
     time.sleep(0.5)
     assert pc.progress_thread_cputime() - c0 < 0.005   # < 1% of a core
+
+
+def test_stamped_message_of_another_schedule_is_dropped():
+    """Same communicator and tag, different stamp id: never an activation."""
+    b = pc.Schedule(MPI.COMM_SELF, persistent=True, stamp_id=2)
+    r = b.recv(peer=0, tag=7, stamped=True, optional=True)
+    b.nop(after=[r])
+    b.post()
+    a = pc.Schedule(MPI.COMM_SELF, stamp_id=1)
+    a.send(peer=0, tag=7, stamped=True)
+    a.post().wait(timeout=5)
+    assert wait_until(lambda: b.stats["foreign"] == 1)
+    time.sleep(0.02)
+    assert b.rounds == 0
+    a.free()
+    b.free()
+
+
+def test_need_k_of_n_inputs():
+    s, acc, trigs = counter_sched(persistent=True, ntrig=4, optional=True)
+    s2 = pc.Schedule(MPI.COMM_SELF, persistent=True)
+    acc2, one = np.zeros(1, np.int64), np.ones(1, np.int64)
+    a, o = s2.buffer(acc2), s2.buffer(one, writable=False)
+    ts = [s2.trigger(optional=True) for _ in range(4)]
+    s2.reduce(a, o, after=ts, need=3)
+    s2.post()
+    s2.fire(ts[0], round=0)
+    s2.fire(ts[1], round=0)
+    time.sleep(0.02)
+    assert s2.rounds == 0 and acc2[0] == 0     # 2 of 4: not yet
+    s2.fire(ts[3], round=0)
+    s2.wait(round=0, timeout=5)
+    assert acc2[0] == 1
+    with pytest.raises(pc.ScheduleError, match="need"):
+        pc.Schedule(MPI.COMM_SELF).nop(after=[], need=1)
+    s.free()
+    s2.free()
+
+
+def test_locked_chain_is_atomic_for_the_application():
+    """A locked copy-then-reset chain never lets a deposit fall between."""
+    s = pc.Schedule(MPI.COMM_SELF, persistent=True)
+    pend, out = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    total, zero = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    bp, bo, bt, bz = (s.buffer(pend), s.buffer(out), s.buffer(total),
+                      s.buffer(zero, writable=False))
+    t = s.trigger()
+    c = s.copy(bo, bp, after=[t], locked=True)
+    c = s.copy(bp, bz, after=[c], locked=True)
+    s.reduce(bt, bo, after=[c], locked=True)
+    s.post()
+    for i in range(2000):
+        with s.data_lock():
+            pend[0] += 1
+        if i % 7 == 0:
+            s.fire(t)
+    s.fire(t)
+    s.wait(round=2000 // 7 + 1, timeout=10)
+    with s.data_lock():
+        assert total[0] + pend[0] == 2000
+    s.free()

@@ -29,6 +29,8 @@ and takes `acc` under the lock.  So each contribution is in exactly
 one round, results are never overwritten while read (they are copied out
 under the lock), and a rank that missed rounds gets them all combined.
 """
+import secrets
+
 import numpy as np
 from mpi4py import MPI
 
@@ -140,7 +142,8 @@ class PartialAllreduce:
         send, recv = np.empty(n, self.dtype), np.empty(n, self.dtype)
         self._meta = {k: np.zeros(1, np.int64) for k in _META}
         self._meta["one"][0] = 1
-        s = self._sched = Schedule(self.comm, persistent=True)
+        stamp_id = self.comm.bcast(secrets.randbits(63) if rank == 0 else None)
+        s = self._sched = Schedule(self.comm, persistent=True, stamp_id=stamp_id)
         b = {k: s.buffer(v, name=k) for k, v in self._meta.items()}
         pend, idb, acc = (s.buffer(self._pending, name="pending"),
                           s.buffer(self._identity, name="identity"),
@@ -192,22 +195,28 @@ class PartialAllreduce:
         """Non-blocking form: returns a request with ``test()``/``wait()``."""
         x = self._check_open_and_buffer(sendbuf)
         self._calls += 1
-        core, m = self._sched._core_sched(), self._meta
-        core.lock()
-        try:
-            _UFUNCS[self.op.name](self._pending, x, out=self._pending)
-            m["dep_seq"][0] += 1
-            m["flag"][0] = 1
-            seq, waiting = int(m["dep_seq"][0]), int(m["acc_rounds"][0])
-            rnd = int(m["snaps"][0])        # the round that takes this deposit
-        finally:
-            core.unlock()
         if self.sync_every and self._calls % self.sync_every == 0:
-            return _Ready(self._synchronous_round(seq, rnd))  # noqa
+            return _Ready(self._synchronous_round(x))
+        seq, waiting, rnd = self._deposit(x)
         self._arrive(rnd, waiting)
         if waiting:                       # finished rounds not yet observed
             return _Ready(self._take(seq))
         return _PartialRequest(self, self._observed, seq)
+
+    def _deposit(self, x):
+        """Add x to the pending data.  Returns (deposit number, finished
+        rounds waiting to be observed, the round that will take x)."""
+        core, m = self._sched._core_sched(), self._meta
+        core.lock()
+        try:
+            if x is not None:
+                _UFUNCS[self.op.name](self._pending, x, out=self._pending)
+                m["dep_seq"][0] += 1
+                m["flag"][0] = 1
+            return (int(m["dep_seq"][0]), int(m["acc_rounds"][0]),
+                    int(m["snaps"][0]))
+        finally:
+            core.unlock()
 
     def _arrive(self, rnd, waiting):
         """Solo: a caller with nothing to collect and no round running
@@ -220,19 +229,20 @@ class PartialAllreduce:
         still pending (every rank's deposits, and the rounds this rank has
         not observed) as a :class:`PartialResult`."""
         self._check_open()
-        return self._synchronous_round(int(self._meta["dep_seq"][0]), None)
+        return self._synchronous_round(None)
 
-    def _synchronous_round(self, seq, rnd, stall=0.002):
+    def _synchronous_round(self, x, stall=0.002):
         """Every rank calls this (flush, close, the sync_every-th call).
 
-        Phase 1, until all ranks are here (a non-blocking barrier): this rank
-        makes no other call, so it must count as arrived for every round,
-        or ranks still inside a call would wait on it forever (majority's
-        drawn initiator, quorum's k-th arrival).  It starts any round that
-        stalls for `stall` seconds.  Phase 2: the last round any rank still
-        needs (its snapshot count: rounds before it have started somewhere)
-        is agreed by MAX; every rank arrives for it (quorum needs k arrivals)
-        and waits for it.  No round is started after it.
+        1. Until every rank is here (a non-blocking barrier) this rank makes
+           no other call, so it must count as arrived, or ranks still inside
+           a call would wait on it forever (majority's drawn initiator,
+           quorum's k-th arrival): it starts any round that stalls.
+        2. The rounds anyone may still need are those before M = max of the
+           snapshot counts; all ranks arrive for round M-1's successor M and
+           wait for it, so every started round is finished everywhere.
+        3. Deposit x, barrier, and all arrive for round M+1: it holds every
+           rank's x and everything still pending, and nothing else.
         """
         barrier = self._ctl.Ibarrier()
         while not barrier.Test():
@@ -244,14 +254,14 @@ class PartialAllreduce:
         last = self._ctl.allreduce(self._snapshots(), op=MPI.MAX)
         self._sched.fire(self._trigger, round=last)
         self._sched.wait(round=last)
+        seq = self._deposit(x)[0]
+        self._ctl.Barrier()
+        self._sched.fire(self._trigger, round=last + 1)
+        self._sched.wait(round=last + 1)
         return self._take(seq)
 
     def _snapshots(self):
-        core = self._sched._core_sched()
-        core.lock()
-        rnd = int(self._meta["snaps"][0])
-        core.unlock()
-        return rnd
+        return self._deposit(None)[2]
 
     def _take(self, seq):
         core, m = self._sched._core_sched(), self._meta

@@ -1,0 +1,192 @@
+"""Solo, majority and quorum allreduce: safety, exactly-once delivery,
+liveness, and the quorum guarantee, at the running comm size."""
+import random
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import partialcoll as pc
+
+pytestmark = pytest.mark.mpi
+COMM = MPI.COMM_WORLD
+P, RANK = COMM.size, COMM.rank
+KINDS = [("solo", pc.SoloAllreduce, {}),
+         ("majority", pc.MajorityAllreduce, {"seed": 7}),
+         ("quorum", pc.QuorumAllreduce, {"quorum": max(1, P // 2)})]
+IDS = [k[0] for k in KINDS]
+
+
+def skewed_calls(ar, n, contrib, max_sleep=0.0005, seed=0):
+    rng = random.Random(1000 * seed + RANK)
+    out = []
+    for _ in range(n):
+        time.sleep(rng.random() * max_sleep)
+        x = contrib()
+        out.append((x, ar(x)))
+    return out
+
+
+@pytest.mark.parametrize("name,cls,kw", KINDS, ids=IDS)
+def test_exactly_once_sum_bit_for_bit(name, cls, kw):
+    """catch_up=True: what a rank receives over all calls plus flush equals
+    the sum of every contribution of every rank, exactly (int64)."""
+    rng = np.random.default_rng(RANK)
+    ar = cls(np.zeros(5, np.int64), **kw)
+    calls = skewed_calls(ar, 1000, lambda: rng.integers(-1000, 1000, 5))
+    got = sum(res.data for _, res in calls) + ar.flush().data
+    mine = sum(x for x, _ in calls)
+    total = np.empty_like(mine)
+    COMM.Allreduce(mine, total)
+    assert np.array_equal(got, total)
+    ar.close()
+
+
+@pytest.mark.parametrize("name,cls,kw", KINDS, ids=IDS)
+def test_same_round_same_result_and_consistent_counts(name, cls, kw):
+    """catch_up=False: every rank that sees round r sees the same data; each
+    call contributes 1, so data counts the deposits and active <= data."""
+    ar = cls(np.zeros(3, np.int64), catch_up=False, **kw)
+    calls = skewed_calls(ar, 600, lambda: np.ones(3, np.int64), seed=1)
+    seen = {}
+    for _, res in calls:
+        d = res.data
+        assert (d == d[0]).all() and 0 <= res.active <= d[0] <= 2 * P * 600
+        if res.included:
+            assert res.active >= 1 and d[0] >= 1
+        if res.rounds == 1:
+            seen[res.round] = int(d[0])
+    ar.flush()          # others may still wait on this rank's arrival
+    everyone = COMM.allgather(seen)
+    for other in everyone:
+        for r, v in other.items():
+            assert seen.get(r, v) == v, f"round {r}: {seen[r]} vs {v}"
+    ar.close()
+
+
+def test_quorum_never_starts_with_fewer_than_k():
+    k = max(1, (P + 1) // 2)
+    ar = pc.QuorumAllreduce(np.zeros(2, np.int64), quorum=k)
+    calls = skewed_calls(ar, 500, lambda: np.ones(2, np.int64), 0.001, seed=2)
+    # rounds before the first rank entered flush had only real arrivals
+    entered = ar._snapshots()
+    ar.flush()      # before any other collective: others may wait on us
+    first_flush = COMM.allreduce(entered, op=MPI.MIN)
+    checked = [res.active for _, res in calls if res.round < first_flush]
+    assert checked and min(checked) >= k
+    ar.close()
+
+
+def test_solo_keeps_going_while_one_rank_stalls():
+    if P < 2:
+        pytest.skip("needs two ranks")
+    ar = pc.SoloAllreduce(np.zeros(100))
+    ar(np.ones(100))                         # warm up
+    COMM.Barrier()
+    if RANK == P - 1:
+        time.sleep(2.0)                      # stops calling; its thread serves
+        lat = [0.0]
+    else:
+        lat = []
+        t_end = time.monotonic() + 1.5
+        while time.monotonic() < t_end:
+            t0 = time.monotonic()
+            ar(np.ones(100))
+            lat.append(time.monotonic() - t0)
+            time.sleep(0.005)
+    worst = COMM.allreduce(float(np.median(lat)), op=MPI.MAX)
+    assert worst < 0.1, f"median solo call took {worst:.3f} s"
+    ar.close()
+
+
+def test_majority_waits_for_its_initiator():
+    if P < 2:
+        pytest.skip("needs two ranks")
+    from partialcoll.collectives.partial import _designated
+    ar = pc.MajorityAllreduce(np.zeros(4), seed=3)
+    d = _designated(3, 0, P)
+    COMM.Barrier()
+    t0 = time.monotonic()
+    if RANK == d:
+        time.sleep(0.3)
+    res = ar(np.ones(4))
+    waited = time.monotonic() - t0
+    if RANK != d:
+        assert waited > 0.25 and res.included
+    assert res.round == 0 and res.data[0] == P
+    ar.close()
+
+
+def test_sync_every_makes_a_full_round():
+    ar = pc.SoloAllreduce(np.zeros(2, np.int64), sync_every=4)
+    for i, (x, res) in enumerate(skewed_calls(ar, 40, lambda: np.ones(2, np.int64),
+                                              0.002, seed=3)):
+        if (i + 1) % 4 == 0:
+            assert res.included and res.active == P
+    ar.close()
+
+
+def test_results_are_not_overwritten_later():
+    ar = pc.SoloAllreduce(np.zeros(8))
+    first = ar(np.full(8, 1.0))
+    keep = first.data.copy()
+    for _ in range(50):
+        ar(np.full(8, 2.0))
+    assert np.array_equal(first.data, keep)
+    ar.close()
+
+
+def test_function_form_reuses_one_object():
+    from partialcoll.collectives import partial
+    x = np.ones(6, np.float32)
+    out = np.empty_like(x)
+    res = pc.solo_allreduce(x, out)
+    assert res.data is out
+    n = len(partial._objects)
+    for _ in range(5):
+        pc.solo_allreduce(x)
+    assert len(partial._objects) == n
+    r2 = pc.majority_allreduce(np.ones(3))
+    assert r2.round >= 0
+
+
+def test_mismatched_arguments_raise_everywhere():
+    if P < 2:
+        pytest.skip("needs two ranks")
+    with pytest.raises(pc.ScheduleError, match="different arguments"):
+        pc.SoloAllreduce(np.zeros(3 + RANK))
+    with pytest.raises(pc.ScheduleError, match="different arguments"):
+        pc.SoloAllreduce(np.zeros(3), op=pc.SUM if RANK else pc.MAX)
+
+
+def test_bad_arguments():
+    with pytest.raises(pc.ScheduleError, match="quorum"):
+        pc.QuorumAllreduce(np.zeros(2), quorum=P + 1)
+    with pytest.raises(pc.ScheduleError, match="not defined"):
+        pc.SoloAllreduce(np.zeros(2, np.complex64), op=pc.MAX)
+    ar = pc.SoloAllreduce(np.zeros(4))
+    with pytest.raises(pc.ScheduleError, match="takes float64"):
+        ar(np.zeros(5))
+    ar.close()
+    with pytest.raises(pc.ScheduleError, match="closed"):
+        ar(np.zeros(4))
+
+
+def test_memory_flat_over_10000_rounds():
+    import resource
+    ar = pc.SoloAllreduce(np.zeros(64))
+    x = np.ones(64)
+
+    def rss_kib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() // 1024
+
+    for _ in range(1000):
+        ar(x)
+    before = rss_kib()
+    for _ in range(9000):
+        ar(x)
+    grown = rss_kib() - before
+    ar.close()
+    assert grown < 2048, f"RSS grew by {grown} KiB over 9000 calls"
