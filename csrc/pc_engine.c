@@ -278,6 +278,15 @@ int pc_engine_wait(pc_sched *s, uint64_t upto, double timeout)
     return rc;
 }
 
+int pc_engine_busy(pc_sched *s)
+{
+    pthread_mutex_lock(&E.prog);
+    sweep_all();
+    int b = pc_sched_busy(s);
+    pthread_mutex_unlock(&E.prog);
+    return b;
+}
+
 int pc_engine_free(pc_sched *s)
 {
     pthread_mutex_lock(&E.prog);

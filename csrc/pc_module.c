@@ -360,6 +360,19 @@ static PyObject *sched_get_stats(SchedObject *self, void *c)
                          (unsigned long long)atomic_load(&self->s->foreign));
 }
 
+static PyObject *sched_get_busy(SchedObject *self, void *c)
+{
+    (void)c;
+    if (check_open(self))
+        return NULL;
+    int b;
+    pc_sched *s = self->s;
+    Py_BEGIN_ALLOW_THREADS
+    b = pc_engine_busy(s);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(b);
+}
+
 static PyObject *sched_get_freed(SchedObject *self, void *c)
 {
     (void)c;
@@ -385,6 +398,9 @@ static PyGetSetDef sched_getset[] = {
     {"posted", (getter)sched_get_posted, NULL, "rounds posted", NULL},
     {"stats", (getter)sched_get_stats, NULL, "discarded inputs", NULL},
     {"freed", (getter)sched_get_freed, NULL, "freed?", NULL},
+    {"busy", (getter)sched_get_busy, NULL,
+     "a round is in flight or about to start (one progress sweep first)",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject SchedType = {

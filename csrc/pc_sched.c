@@ -320,6 +320,7 @@ static void complete(pc_sched *s, int i)
 {
     pc_op *op = &s->ops[i];
     op->state = OP_DONE;
+    s->touched = 1;
     if (!(op->flags & PC_F_OPTIONAL))
         s->required_left--;
     for (int k = 0; k < op->nsucc; k++) {
@@ -454,6 +455,7 @@ static void deliver(pc_sched *s, int i, uint64_t r)
 static void arm(pc_sched *s)
 {
     s->armed = 1;
+    s->touched = 0;
     s->required_left = 0;
     s->nready = 0;
     for (int i = 0; i < s->nops; i++) {
@@ -616,6 +618,24 @@ int pc_sched_progress(pc_sched *s)
         progressed += n;
     }
     return progressed;
+}
+
+/* Is a round in flight or about to start?  Quiet means: no round-bound
+ * request in flight, nothing of the armed round has happened, and no fire
+ * or early message is waiting for a later round. */
+int pc_sched_busy(pc_sched *s)
+{
+    if (s->inflight > 0 || (s->armed && s->touched) ||
+        atomic_load(&s->nsfire) > 0)
+        return 1;
+    if (!s->persistent && atomic_load(&s->posted) > atomic_load(&s->done))
+        return 1;
+    for (int i = 0; i < s->nops; i++) {
+        pc_op *op = &s->ops[i];
+        if (op->nbank > 0 || atomic_load(&op->fires) > op->fires_used)
+            return 1;
+    }
+    return 0;
 }
 
 void pc_sched_cancel_all(pc_sched *s)

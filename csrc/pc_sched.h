@@ -185,6 +185,7 @@ struct pc_sched {
 
     /* progress-side state */
     int armed;                    /* a round is armed */
+    int touched;                  /* an op of the armed round completed */
     uint64_t round;               /* number of the armed round */
     int required_left;            /* required ops not yet done this round */
     int inflight;                 /* round-bound requests in flight */
@@ -210,6 +211,8 @@ int pc_sched_progress(pc_sched *s);            /* progress lock held */
 void pc_sched_cancel_all(pc_sched *s);         /* progress lock held */
 void pc_sched_destroy(pc_sched *s);
 int pc_sched_idle(pc_sched *s);
+int pc_sched_busy(pc_sched *s);                /* progress lock held */
+int pc_engine_busy(pc_sched *s);
 
 /* pc_engine.c: the progress thread and waiting */
 int pc_engine_post(pc_sched *s, int wake);

@@ -70,7 +70,10 @@ def release(comm):
 def _shutdown():
     # Runs before mpi4py finalises MPI: stop the progress thread, cancel
     # every pending request, free every schedule and duplicate communicator.
+    from .collectives import partial
     from .schedule import free_all
+    if MPI.Is_initialized() and not MPI.Is_finalized():
+        partial.quiesce_all()
     _core.shutdown()
     free_all()
     if MPI.Is_initialized() and not MPI.Is_finalized():

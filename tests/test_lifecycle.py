@@ -44,3 +44,26 @@ def test_thread_level_below_multiple_is_refused(mpi_script):
     rc, out, err, _ = mpi_script(THREAD_LEVEL, n=1)
     assert rc == 0, err
     assert "refused:" in out and "MPI_THREAD_MULTIPLE" in out
+
+
+EXIT_WITH_ROUNDS_IN_FLIGHT = """
+import time, numpy as np, partialcoll as pc
+from mpi4py import MPI
+rank = MPI.COMM_WORLD.rank
+solo = pc.SoloAllreduce(np.zeros(10000))
+maj = pc.MajorityAllreduce(np.zeros(10))
+for i in range(20):
+    time.sleep(0.001 * rank)
+    solo(np.ones(10000))
+maj.start(np.ones(10))          # may wait for an initiator that never comes
+print("exiting", rank, flush=True)
+"""
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_exit_with_partial_rounds_in_flight(mpi_script, n):
+    rc, out, err, secs = mpi_script(EXIT_WITH_ROUNDS_IN_FLIGHT, n=n, timeout=60)
+    assert rc == 0, err
+    assert out.count("exiting") == n and secs < 30
+    for word in ("leak", "pending", "Warning", "WARNING", "Abort"):
+        assert word not in err, err

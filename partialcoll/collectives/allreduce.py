@@ -47,7 +47,7 @@ def build_recursive_doubling(s, size, rank, send, recv, tmp, op, inplace, after=
         snd = s.send(recv, rank + 1, tag=tag0 + 0, after=prev)
         return s.recv(recv, rank + 1, tag=tag0 + unfold_tag, after=[snd])
     if rank < 2 * rem:                              # absorbs rank - 1
-        r = s.recv(tmp, rank - 1, tag=tag0 + 0)
+        r = s.recv(tmp, rank - 1, tag=tag0 + 0, after=after)
         prev = [s.reduce(recv, tmp, op, after=prev + [r])]
         new = rank // 2
     else:
@@ -92,7 +92,7 @@ def build_ring(s, size, rank, send, recv, tmp, op, inplace, after=(),
         sc, rc = (rank - t) % size, (rank - t - 1) % size
         buf = tmp[(t % 2) * half:(t % 2) * half + counts[rc]]
         snds.append(s.send(chunk[sc], right, tag=tag0 + t, after=reds[-1:] or init))
-        rcv = s.recv(buf, left, tag=tag0 + t, after=reds[-2:-1])
+        rcv = s.recv(buf, left, tag=tag0 + t, after=reds[-2:-1] or after)
         reds.append(s.reduce(chunk[rc], buf, op, after=[rcv] + init))
     last = reds[-1:]
     for t in range(size - 1):
@@ -138,7 +138,7 @@ def build_rabenseifner(s, size, rank, send, recv, tmp, op, inplace, after=(),
         snd = s.send(recv, rank + 1, tag=tag0 + 0, after=prev)
         return s.recv(recv, rank + 1, tag=tag0 + unfold_tag, after=[snd])
     if rank < 2 * rem:
-        r = s.recv(tmp, rank - 1, tag=tag0 + 0)
+        r = s.recv(tmp, rank - 1, tag=tag0 + 0, after=after)
         prev = [s.reduce(recv, tmp, op, after=prev + [r])]
     n = recv.size
     counts = [n // p2 + (1 if i < n % p2 else 0) for i in range(p2)]

@@ -30,6 +30,7 @@ one round, results are never overwritten while read (they are copied out
 under the lock), and a rank that missed rounds gets them all combined.
 """
 import secrets
+import weakref
 
 import numpy as np
 from mpi4py import MPI
@@ -89,6 +90,7 @@ class PartialAllreduce:
     """
 
     kind = None
+    _created = 0                         # creation order, equal on all ranks
 
     def __init__(self, like, op=SUM, comm=None, catch_up=True, sync_every=None,
                  *, quorum=None, seed=0, algorithm=None):
@@ -111,6 +113,9 @@ class PartialAllreduce:
         self._observed = 0               # rounds taken by this rank
         self._calls = 0
         self._closed = False
+        PartialAllreduce._created += 1
+        self._order = PartialAllreduce._created
+        _LIVE.add(self)
         self._sched.post()
 
     # -- construction ---------------------------------------------------
@@ -298,6 +303,20 @@ class PartialAllreduce:
         self._closed = True
         return res
 
+    def _quiesce(self):
+        """At interpreter exit, collectively over this object's ranks: keep
+        every started round going until all ranks agree none is in flight,
+        so no send is left that MPI_Finalize would wait for."""
+        core = self._sched._core_sched()
+        while True:
+            flag = np.array([1 if core.busy else 0], np.int64)
+            out = np.zeros(1, np.int64)
+            req = self._ctl.Iallreduce(flag, out, op=MPI.MAX)
+            while not req.Test():
+                core.busy          # a progress sweep
+            if out[0] == 0:
+                return
+
     def _release_comms(self):
         _comm.release(self.comm)
         _comm.release(self._ctl)
@@ -424,6 +443,20 @@ class QuorumAllreduce(PartialAllreduce):
 
 
 _objects = {}
+_LIVE = weakref.WeakSet()
+
+
+def quiesce_all():
+    """Exit handler: quiesce every open object, in creation order (the same
+    on all ranks), then free it."""
+    for ar in sorted(_LIVE, key=lambda a: a._order):
+        if not ar._closed:
+            try:
+                ar._quiesce()
+            finally:
+                ar._sched.free()
+                ar._release_comms()
+                ar._closed = True
 
 
 def _function_form(cls, sendbuf, recvbuf, op, comm, **kw):
