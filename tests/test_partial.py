@@ -53,8 +53,8 @@ def test_same_round_same_result_and_consistent_counts(name, cls, kw):
     for _, res in calls:
         d = res.data
         assert (d == d[0]).all() and 0 <= res.active <= d[0] <= 2 * P * 600
-        if res.included:
-            assert res.active >= 1 and d[0] >= 1
+        if res.included:        # its data is in; fresh or carried (stale)
+            assert d[0] >= 1
         if res.rounds == 1:
             seen[res.round] = int(d[0])
     ar.flush()          # others may still wait on this rank's arrival

@@ -1,9 +1,9 @@
-"""``python -m partialcoll.bench {sweep,overhead}`` (run under mpiexec)."""
+"""``python -m partialcoll.bench {latency,sweep,overhead}`` (run under mpiexec)."""
 import sys
 
-from . import overhead, sweep
+from . import latency, overhead, sweep
 
-COMMANDS = {"sweep": sweep, "overhead": overhead}
+COMMANDS = {"latency": latency, "sweep": sweep, "overhead": overhead}
 
 
 def main(argv=None):

@@ -21,9 +21,11 @@ One persistent schedule per object, re-armed by the executor every round::
   rounds-accumulated += 1, acc_seq <- round_seq, last_active <- sum of flags.
 
 A call deposits into `pending` under the lock; the snapshot count read in the
-same hold is R, the round that will carry the deposit.  The call's arrival
-counts for round R (solo: when no round is running or waiting to be seen;
-majority: when this rank is R's initiator; quorum: always).  If finished
+same hold is R, the round that will carry the deposit.  The deposit is fresh
+when the call will wait for R itself (no round running, none waiting to be
+seen); else it is carried into R as stale data.  The call's arrival counts for
+round R (solo and quorum: when fresh; majority: when this rank is R's drawn
+initiator).  If finished
 rounds are waiting it returns them at once, else it waits for the next round
 and takes `acc` under the lock.  So each contribution is in exactly
 one round, results are never overwritten while read (they are copied out
@@ -202,31 +204,39 @@ class PartialAllreduce:
         self._calls += 1
         if self.sync_every and self._calls % self.sync_every == 0:
             return _Ready(self._synchronous_round(x))
-        seq, waiting, rnd = self._deposit(x)
-        self._arrive(rnd, waiting)
+        seq, waiting, rnd, fresh = self._deposit(x)
+        self._arrive(rnd, fresh)
         if waiting:                       # finished rounds not yet observed
             return _Ready(self._take(seq))
         return _PartialRequest(self, self._observed, seq)
 
-    def _deposit(self, x):
+    def _deposit(self, x, fresh=None):
         """Add x to the pending data.  Returns (deposit number, finished
-        rounds waiting to be observed, the round that will take x)."""
+        rounds waiting to be observed, the round R that will take x, fresh).
+
+        The deposit is *fresh* (counted in ``active``, the paper's NAP) when
+        this call will wait for round R itself: nothing is left to collect
+        and no round is running.  Otherwise the call returns an earlier
+        round and x is carried into R as stale data, as eager-SGD does."""
         core, m = self._sched._core_sched(), self._meta
         core.lock()
         try:
+            waiting, rnd = int(m["acc_rounds"][0]), int(m["snaps"][0])
+            if fresh is None:
+                fresh = not waiting and rnd == self._observed
             if x is not None:
                 _UFUNCS[self.op.name](self._pending, x, out=self._pending)
                 m["dep_seq"][0] += 1
-                m["flag"][0] = 1
-            return (int(m["dep_seq"][0]), int(m["acc_rounds"][0]),
-                    int(m["snaps"][0]))
+                if fresh:
+                    m["flag"][0] = 1
+            return int(m["dep_seq"][0]), waiting, rnd, fresh
         finally:
             core.unlock()
 
-    def _arrive(self, rnd, waiting):
-        """Solo: a caller with nothing to collect and no round running
-        starts round `rnd` (the first arrival activates everyone)."""
-        if not waiting and rnd == self._observed:
+    def _arrive(self, rnd, fresh):
+        """Solo: a fresh caller starts round `rnd` (the first arrival
+        activates everyone)."""
+        if fresh:
             self._sched.fire(self._trigger, round=rnd)
 
     def flush(self):
@@ -259,7 +269,7 @@ class PartialAllreduce:
         last = self._ctl.allreduce(self._snapshots(), op=MPI.MAX)
         self._sched.fire(self._trigger, round=last)
         self._sched.wait(round=last)
-        seq = self._deposit(x)[0]
+        seq = self._deposit(x, fresh=x is not None)[0]
         self._ctl.Barrier()
         self._sched.fire(self._trigger, round=last + 1)
         self._sched.wait(round=last + 1)
@@ -390,7 +400,9 @@ class MajorityAllreduce(PartialAllreduce):
 
     kind = "majority"
 
-    def _arrive(self, rnd, waiting):
+    def _arrive(self, rnd, fresh):
+        # the drawn initiator's arrival starts its round even when it is
+        # collecting older rounds, or ranks waiting on it could stall
         if _designated(self.seed, rnd, self.size) == self.rank:
             self._sched.fire(self._trigger, round=rnd)
 
@@ -407,8 +419,9 @@ class QuorumAllreduce(PartialAllreduce):
         super().__init__(like, op, comm, catch_up, sync_every, quorum=quorum,
                          algorithm=algorithm)
 
-    def _arrive(self, rnd, waiting):
-        self._sched.fire(self._trigger, round=rnd)   # an arrival, always
+    def _arrive(self, rnd, fresh):
+        if fresh:          # only fresh data counts towards the quorum
+            self._sched.fire(self._trigger, round=rnd)
 
     def _check_quorum(self, quorum):
         if quorum is None or not 1 <= int(quorum) <= self.size:

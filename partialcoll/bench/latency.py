@@ -1,0 +1,157 @@
+"""The eager-SGD paper's Figure 8/9 latency microbenchmark.
+
+Every iteration each rank sleeps a skew (linear: rank r waits r x step ms;
+random: uniform in [0, (P-1) x step] ms, drawn per rank and iteration), then
+times one call of the collective.  The average latency per call over ranks
+and the average number of active processes (NAP: processes whose fresh data
+is in the round, averaged over the rounds that ran) are reported for
+MPI_Allreduce, partialcoll's full
+allreduce, majority, quorum(k) and solo, all in the same run, with each
+one's speed-up over MPI_Allreduce.
+"""
+import argparse
+import random
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import partialcoll as pc
+
+from ._common import across_ranks, emit, progress
+
+IMPLS = ("MPI_Allreduce", "allreduce", "majority", "quorum", "solo")
+
+
+def add_args(p):
+    p.add_argument("--iters", type=int, default=64)
+    p.add_argument("--warmup", type=int, default=4, help="untimed calls first")
+    p.add_argument("--step-ms", type=float, default=1.0,
+                   help="skew step in milliseconds (default 1)")
+    p.add_argument("--skew", choices=["linear", "random"], default="linear")
+    p.add_argument("--count", type=int, default=1,
+                   help="float32 elements per call (default 1)")
+    p.add_argument("--quorum", type=int, default=None,
+                   help="k of the quorum allreduce (default P/2)")
+    p.add_argument("--impls", default=",".join(IMPLS),
+                   help=f"comma-separated subset of {','.join(IMPLS)}")
+    p.add_argument("--csv")
+    p.add_argument("--json")
+    p.add_argument("--plot", help="write a PNG (needs matplotlib)")
+
+
+def _skews(args, comm, n):
+    step = args.step_ms / 1000.0
+    if args.skew == "linear":
+        return [comm.rank * step] * n
+    rng = random.Random(12345 + comm.rank)
+    return [rng.uniform(0, (comm.size - 1) * step) for _ in range(n)]
+
+
+def _make(impl, comm, count, k):
+    """(call, partial object or None); call(x) runs one collective."""
+    y = np.empty(count, np.float32)
+    if impl == "MPI_Allreduce":
+        return (lambda x: comm.Allreduce(x, y)), None
+    if impl == "allreduce":
+        return (lambda x: pc.allreduce(x, y, comm=comm)), None
+    like = np.zeros(count, np.float32)
+    ar = {"majority": lambda: pc.MajorityAllreduce(like, comm=comm, seed=1),
+          "quorum": lambda: pc.QuorumAllreduce(like, quorum=k, comm=comm),
+          "solo": lambda: pc.SoloAllreduce(like, comm=comm)}[impl]()
+    return ar, ar
+
+
+def run_one(impl, args, comm, k):
+    """Mean latency per call on this rank, and the mean NAP per round."""
+    call, ar = _make(impl, comm, args.count, k)
+    x = np.ones(args.count, np.float32)
+    for _ in range(args.warmup):
+        call(x)
+    skews = _skews(args, comm, args.iters)
+    lat, nap = [], {}
+    comm.Barrier()
+    for s in progress(skews, comm, impl):
+        time.sleep(s)
+        t0 = time.perf_counter()
+        res = call(x)
+        lat.append(time.perf_counter() - t0)
+        if ar is not None and res.round >= 0:
+            nap[res.round] = res.active
+    if ar is None:
+        comm.Barrier()
+        return float(np.mean(lat)), float(comm.size)
+    # NAP per round: each round once, from whichever rank saw it, among
+    # the rounds started before any rank entered close() (its synchronous
+    # round starts rounds on behalf of ranks that have stopped calling)
+    entered = ar._snapshots()
+    ar.close()
+    first_close = comm.allreduce(entered, op=MPI.MIN)
+    rounds = {}
+    for d in comm.allgather(nap):
+        rounds.update(d)
+    naps = [a for r, a in rounds.items() if args.warmup <= r < first_close]
+    return float(np.mean(lat)), float(np.mean(naps)) if naps else float("nan")
+
+
+def run(args, comm=MPI.COMM_WORLD):
+    k = args.quorum or max(1, comm.size // 2)
+    impls = [i.strip() for i in args.impls.split(",") if i.strip()]
+    bad = [i for i in impls if i not in IMPLS]
+    if bad:
+        raise SystemExit(f"unknown implementation(s) {bad}; choose from {IMPLS}")
+    rows, base = [], None
+    for impl in impls:
+        mean_lat, nap = run_one(impl, args, comm, k)
+        avg, mn, mx = across_ranks(mean_lat * 1e3, comm)
+        if impl == "MPI_Allreduce":
+            base = avg
+        name = f"quorum(k={k})" if impl == "quorum" else impl
+        rows.append({"impl": name, "ranks": comm.size, "skew": args.skew,
+                     "step_ms": args.step_ms, "iters": args.iters,
+                     "bytes": 4 * args.count, "avg_ms": avg, "min_ms": mn,
+                     "max_ms": mx, "nap": nap,
+                     "speedup": (base / avg) if base else float("nan")})
+    emit(rows, ["impl", "avg_ms", "min_ms", "max_ms", "nap", "speedup"], args,
+         f"partial allreduce latency: {comm.size} ranks, {args.skew} skew "
+         f"{args.step_ms} ms steps, {args.iters} iterations, "
+         f"{4 * args.count} bytes; speedup = MPI_Allreduce latency / latency",
+         comm)
+    if args.plot and comm.rank == 0:
+        plot(rows, args.plot, comm.size)
+    return rows
+
+
+def plot(rows, path, size):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot needs matplotlib: pip install 'partialcoll[bench]'")
+        return
+    names = [r["impl"] for r in rows]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    a1.bar(names, [r["avg_ms"] for r in rows], color="tab:blue")
+    a1.set_yscale("log")
+    a1.set_ylabel("average latency per call (ms, log)")
+    for i, r in enumerate(rows):
+        a1.annotate(f"{r['avg_ms']:.3g}", (i, r["avg_ms"]), ha="center",
+                    va="bottom", fontsize=8)
+    a2.bar(names, [r["nap"] for r in rows], color="tab:orange")
+    a2.axhline(size, ls="--", c="grey", lw=1)
+    a2.set_ylabel("active processes (NAP)")
+    for ax in (a1, a2):
+        ax.tick_params(axis="x", rotation=30)
+    fig.suptitle(f"{rows[0]['ranks']} ranks, {rows[0]['skew']} skew, "
+                 f"{rows[0]['step_ms']} ms steps, {rows[0]['iters']} iterations")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot written to {path}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m partialcoll.bench latency",
+                                description=__doc__)
+    add_args(p)
+    return run(p.parse_args(argv))
