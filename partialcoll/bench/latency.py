@@ -68,15 +68,18 @@ def run_one(impl, args, comm, k):
     x = np.ones(args.count, np.float32)
     for _ in range(args.warmup):
         call(x)
+    if ar is not None:
+        ar.flush()      # before the barrier: a rank may wait on our arrival
     skews = _skews(args, comm, args.iters)
     lat, nap = [], {}
+    first = ar.rounds if ar is not None else 0    # the same on every rank
     comm.Barrier()
     for s in progress(skews, comm, impl):
         time.sleep(s)
         t0 = time.perf_counter()
         res = call(x)
         lat.append(time.perf_counter() - t0)
-        if ar is not None and res.round >= 0:
+        if ar is not None and res.round >= first:
             nap[res.round] = res.active
     if ar is None:
         comm.Barrier()
@@ -90,7 +93,7 @@ def run_one(impl, args, comm, k):
     rounds = {}
     for d in comm.allgather(nap):
         rounds.update(d)
-    naps = [a for r, a in rounds.items() if args.warmup <= r < first_close]
+    naps = [a for r, a in rounds.items() if r < first_close]
     return float(np.mean(lat)), float(np.mean(naps)) if naps else float("nan")
 
 
