@@ -46,10 +46,11 @@ def sendrecv_chain(n, comm):
     s = pc.Schedule(comm)
     b = s.buffer(np.zeros(1, np.int8))
     prev = []
-    for i in range(n):
+    r = s.buffer(np.zeros(1, np.int8))
+    for i in range(n):       # send and receive side by side, then the next
         snd = s.send(b, peer, tag=i % 1000, after=prev)
-        rcv = s.recv(b, peer, tag=i % 1000, after=[snd])
-        prev = [rcv]
+        rcv = s.recv(r, peer, tag=i % 1000, after=prev)
+        prev = [snd, rcv]
     s.commit()
     times = []
     for _ in range(3):
