@@ -11,12 +11,10 @@ Quick start (``mpiexec -n 4 python prog.py``)::
     total = pc.allreduce(np.ones(10))          # like comm.Allreduce
     req = pc.iallreduce(np.ones(10)); total = req.wait()
 """
-from mpi4py import rc as _rc
-
-if getattr(_rc, "thread_level", "multiple") != "multiple":
-    # respect an explicit user choice; the executor refuses clearly later
-    pass
-from mpi4py import MPI  # noqa: E402  (loads libmpi before our extension)
+# mpi4py.MPI first: it initialises MPI (MPI_THREAD_MULTIPLE by default; a
+# lower level is refused with ThreadLevelError on first use) and loads the
+# libmpi that our extension links against by soname.
+from mpi4py import MPI  # noqa: F401
 
 from . import _core  # noqa: E402
 from ._errors import (PartialcollError, ScheduleBusyError,  # noqa: E402

@@ -1,5 +1,7 @@
 """Smoke tests of the benchmarks (short runs) at the running comm size."""
 import argparse
+import pathlib
+import tempfile
 
 import pytest
 from mpi4py import MPI
@@ -9,14 +11,21 @@ from partialcoll.bench import latency, overhead, sweep
 pytestmark = pytest.mark.mpi
 
 
+@pytest.fixture
+def rank_tmp():
+    """A private directory per rank (pytest's tmp_path is shared, racy)."""
+    with tempfile.TemporaryDirectory() as d:
+        yield pathlib.Path(d)
+
+
 def args_for(module, argv):
     p = argparse.ArgumentParser()
     module.add_args(p)
     return p.parse_args(argv)
 
 
-def test_latency_benchmark_runs_and_counts(tmp_path):
-    out = tmp_path / "lat.json"
+def test_latency_benchmark_runs_and_counts(rank_tmp):
+    out = rank_tmp / "lat.json"
     rows = latency.run(args_for(latency, ["--iters", "6", "--step-ms", "0.2",
                                           "--json", str(out)]))
     if MPI.COMM_WORLD.rank == 0:
@@ -28,10 +37,10 @@ def test_latency_benchmark_runs_and_counts(tmp_path):
         assert quorum["nap"] != quorum["nap"] or quorum["nap"] >= k  # NaN ok
 
 
-def test_sweep_and_overhead_run(tmp_path):
+def test_sweep_and_overhead_run(rank_tmp):
     rows = sweep.run(args_for(sweep, ["--sizes", "8,4K", "--iters", "20",
                                       "--repeat", "1",
-                                      "--csv", str(tmp_path / "s.csv")]))
+                                      "--csv", str(rank_tmp / "s.csv")]))
     assert [r["bytes"] for r in rows] == [8, 4096]
     rows = overhead.run(args_for(overhead, ["--chain", "1000", "--pairs", "50",
                                             "--iters", "50",

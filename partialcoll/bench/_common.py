@@ -72,3 +72,12 @@ def _cell(v):
     if isinstance(v, float):
         return f"{v:.3f}" if abs(v) < 1000 else f"{v:.1f}"
     return str(v)
+
+
+def cli(module, name, argv=None):
+    """The command line of one benchmark module (its add_args and run)."""
+    import argparse
+    p = argparse.ArgumentParser(prog=f"python -m partialcoll.bench {name}",
+                                description=module.__doc__)
+    module.add_args(p)
+    return module.run(p.parse_args(argv))

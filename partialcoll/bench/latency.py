@@ -9,7 +9,7 @@ MPI_Allreduce, partialcoll's full
 allreduce, majority, quorum(k) and solo, all in the same run, with each
 one's speed-up over MPI_Allreduce.
 """
-import argparse
+import sys
 import random
 import time
 
@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import across_ranks, emit, progress
+from ._common import cli, across_ranks, emit, progress
 
 IMPLS = ("MPI_Allreduce", "allreduce", "majority", "quorum", "solo")
 
@@ -154,7 +154,4 @@ def plot(rows, path, size):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m partialcoll.bench latency",
-                                description=__doc__)
-    add_args(p)
-    return run(p.parse_args(argv))
+    return cli(sys.modules[__name__], "latency", argv)

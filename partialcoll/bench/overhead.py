@@ -2,7 +2,7 @@
 send/recv pairs, post-to-completion latency of a small schedule, and the CPU
 time the progress thread uses when idle and when polling a pending receive.
 """
-import argparse
+import sys
 import statistics
 import time
 
@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import across_ranks, emit
+from ._common import cli, across_ranks, emit
 
 
 def add_args(p):
@@ -115,7 +115,4 @@ def run(args, comm=MPI.COMM_WORLD):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m partialcoll.bench overhead",
-                                description=__doc__)
-    add_args(p)
-    return run(p.parse_args(argv))
+    return cli(sys.modules[__name__], "overhead", argv)

@@ -5,7 +5,7 @@ each size: ``--repeat`` blocks of ``--iters`` calls each (after ``--warmup``),
 a barrier outside every timed block; per-call latency is averaged per block,
 the median block is kept, and avg/min/max over ranks are reported.
 """
-import argparse
+import sys
 import statistics
 import time
 
@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import across_ranks, emit, fmt_size, parse_size, progress
+from ._common import cli, across_ranks, emit, fmt_size, parse_size, progress
 
 DEFAULT_SIZES = "8,64,512,4K,32K,256K,1M,4M"
 
@@ -87,7 +87,4 @@ def run(args, comm=MPI.COMM_WORLD):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m partialcoll.bench sweep",
-                                description=__doc__)
-    add_args(p)
-    return run(p.parse_args(argv))
+    return cli(sys.modules[__name__], "sweep", argv)

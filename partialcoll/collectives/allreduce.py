@@ -262,6 +262,24 @@ def _prepare(sendbuf, recvbuf, op, comm):
     return send, recv, result, op, comm
 
 
+def _plan(sendbuf, recvbuf, op, comm, algorithm):
+    """Check everything, then pick the schedule and this call's tag block.
+    Returns (send, recv, result, schedule or None when there is nothing to
+    communicate, tag base)."""
+    send, recv, result, op, comm = _prepare(sendbuf, recvbuf, op, comm)
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise ScheduleError(f"unknown allreduce algorithm {algorithm!r}; "
+                            f"choose from {', '.join(ALGORITHMS)}")
+    if comm.Get_size() == 1 or send.size == 0:
+        if send is not recv:
+            recv[...] = send
+        return send, recv, result, None, 0
+    lc = library_comm(comm)
+    algo = choose_algorithm(send.nbytes, send.size, lc.size, algorithm)
+    sched = _pool.get(lc, algo, send.size, send.dtype, op, send is recv)
+    return send, recv, result, sched, lc.tag_block(sched.ntags)
+
+
 def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
     """Start a non-blocking allreduce; ``wait()`` returns the result array.
 
@@ -272,7 +290,9 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
             object as ``sendbuf`` for an in-place reduction.
         op: ``partialcoll.SUM`` etc., or ``MPI.SUM``-style constants.
         comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
-        algorithm: ``"recursive_doubling"`` or ``"ring"`` (default: by size).
+        algorithm: ``"recursive_doubling"``, ``"ring"`` or
+            ``"rabenseifner"`` (default: chosen by size, see
+            :func:`choose_algorithm`).
 
     Example::
 
@@ -280,20 +300,12 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
         ...                      # overlap computation
         total = req.wait()
     """
-    send, recv, result, op, comm = _prepare(sendbuf, recvbuf, op, comm)
-    if algorithm is not None and algorithm not in ALGORITHMS:
-        raise ScheduleError(f"unknown allreduce algorithm {algorithm!r}; "
-                            f"choose from {', '.join(ALGORITHMS)}")
-    inplace = send is recv
-    if comm.Get_size() == 1 or send.size == 0:
-        if not inplace:
-            recv[...] = send
+    send, recv, result, sched, tags = _plan(sendbuf, recvbuf, op, comm,
+                                            algorithm)
+    if sched is None:
         return _Done(result)
-    lc = library_comm(comm)
-    algo = choose_algorithm(send.nbytes, send.size, lc.size, algorithm)
-    sched = _pool.get(lc, algo, send.size, send.dtype, op, inplace)
     core = sched._core_sched()
-    core.set_tag_base(lc.tag_block(sched.ntags))
+    core.set_tag_base(tags)
     core.bind(0, send, False)
     core.bind(1, recv, True)
     return Request(sched, core.post(), result)
@@ -326,23 +338,16 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
             lc, core, ntags = plan
             core.run(sendbuf, recvbuf, lc.tag_block(ntags))
             return recvbuf
-    send, recv, result, op, comm = _prepare(sendbuf, recvbuf, op, comm)
-    if algorithm is not None and algorithm not in ALGORITHMS:
-        raise ScheduleError(f"unknown allreduce algorithm {algorithm!r}; "
-                            f"choose from {', '.join(ALGORITHMS)}")
-    inplace = send is recv
-    if comm.Get_size() == 1 or send.size == 0:
-        if not inplace:
-            recv[...] = send
+    send, recv, result, sched, tags = _plan(sendbuf, recvbuf, op, comm,
+                                            algorithm)
+    if sched is None:
         return result
-    lc = library_comm(comm)
-    algo = choose_algorithm(send.nbytes, send.size, lc.size, algorithm)
-    sched = _pool.get(lc, algo, send.size, send.dtype, op, inplace)
     core = sched._core_sched()
-    core.run(send, recv, lc.tag_block(sched.ntags))
+    core.run(send, recv, tags)
     if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
-        _plans[(MPI._handleof(comm), send.dtype, send.size, op, algorithm,
-                inplace)] = (lc, core, sched.ntags)
+        _plans[(MPI._handleof(comm), send.dtype, send.size, as_op(op),
+                algorithm, send is recv)] = (library_comm(comm), core,
+                                             sched.ntags)
     return result
 
 
