@@ -95,8 +95,9 @@ def test_solo_keeps_going_while_one_rank_stalls():
             ar(np.ones(100))
             lat.append(time.monotonic() - t0)
             time.sleep(0.005)
+    # about one allreduce, far below the 2 s stall (loose: CI may share cores)
     worst = COMM.allreduce(float(np.median(lat)), op=MPI.MAX)
-    assert worst < 0.1, f"median solo call took {worst:.3f} s"
+    assert worst < 0.5, f"median solo call took {worst:.3f} s"
     ar.close()
 
 
