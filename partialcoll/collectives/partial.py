@@ -50,7 +50,8 @@ _UFUNCS = {"SUM": np.add, "PROD": np.multiply, "MIN": np.minimum,
            "LXOR": np.logical_xor, "BAND": np.bitwise_and,
            "BOR": np.bitwise_or, "BXOR": np.bitwise_xor}
 _META = ("flag", "zero", "one", "meta_send", "meta_recv", "dep_seq",
-         "round_seq", "acc_seq", "acc_rounds", "last_active", "snaps")
+         "round_seq", "acc_seq", "acc_rounds", "last_active", "snaps",
+         "prev_seq", "acc_lo")
 
 
 class PartialResult:
@@ -166,6 +167,7 @@ class PartialAllreduce:
         c = s.copy(pend, idb, after=[c], locked=True)
         c = s.copy(b["meta_send"], b["flag"], after=[c], locked=True)
         c = s.copy(b["flag"], b["zero"], after=[c], locked=True)
+        c = s.copy(b["prev_seq"], b["round_seq"], after=[c], locked=True)
         c = s.copy(b["round_seq"], b["dep_seq"], after=[c], locked=True)
         snap = s.reduce(b["snaps"], b["one"], SUM, after=[c], locked=True)
         first = len(s)
@@ -179,6 +181,8 @@ class PartialAllreduce:
             c = s.copy(acc, br, after=[done], locked=True)
         c = s.reduce(b["acc_rounds"], b["one"], SUM, after=[c], locked=True)
         c = s.copy(b["acc_seq"], b["round_seq"], after=[c], locked=True)
+        # this round holds the deposits numbered (prev_seq, round_seq]
+        c = s.copy(b["acc_lo"], b["prev_seq"], after=[c], locked=True)
         s.copy(b["last_active"], b["meta_recv"], after=[c], locked=True)
 
     def _build_activation(self, s, tag0):
@@ -286,7 +290,10 @@ class PartialAllreduce:
             self._acc[...] = self._identity
             nr = int(m["acc_rounds"][0])
             m["acc_rounds"][0] = 0
-            included = int(m["acc_seq"][0]) >= seq
+            # catch-up: data covers every deposit up to acc_seq not taken
+            # before; latest-only: just the deposits (acc_lo, acc_seq]
+            included = int(m["acc_seq"][0]) >= seq and (
+                self.catch_up or seq > int(m["acc_lo"][0]))
             active = int(m["last_active"][0])
         finally:
             core.unlock()
