@@ -30,7 +30,7 @@ static int writes_a(int kind)
 }
 
 /* Kahn's algorithm: returns 1 when the graph has a cycle. */
-static int has_cycle(pc_sched *s, const int64_t *desc, const int64_t *deps)
+static int has_cycle(pc_sched *s, const int64_t *desc)
 {
     int n = s->nops, head = 0, tail = 0, seen = 0, rc = 1;
     int *indeg = calloc((size_t)n + 1, sizeof(int));
@@ -51,7 +51,6 @@ static int has_cycle(pc_sched *s, const int64_t *desc, const int64_t *deps)
     }
     rc = seen != n;
 out:
-    (void)deps;
     free(indeg);
     free(queue);
     return rc;
@@ -202,7 +201,7 @@ int pc_sched_create(const int64_t *desc, int nops, const int64_t *deps,
             p->succ[p->nsucc++] = i;
         }
     }
-    if (has_cycle(s, desc, deps))
+    if (has_cycle(s, desc))
         FAIL(PC_EINVAL, "the dependency graph has a cycle");
 out:
     if (rc != PC_OK) {

@@ -352,7 +352,8 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
 
 
 class _Done:
-    """A request that is already complete (P = 1, empty buffers)."""
+    """A request that is already complete (P = 1, empty buffers, a partial
+    call that collected finished rounds)."""
 
     def __init__(self, result):
         self._result = result

@@ -42,7 +42,8 @@ from .._buffers import as_array
 from .._errors import ScheduleError, WaitTimeout, require_thread_multiple
 from ..ops import OPS, as_op, check_op_dtype
 from ..schedule import Schedule
-from .allreduce import BUILDERS, build_recursive_doubling, choose_algorithm
+from .allreduce import (BUILDERS, _Done, build_recursive_doubling,
+                        choose_algorithm)
 
 SUM = OPS["SUM"]
 _UFUNCS = {"SUM": np.add, "PROD": np.multiply, "MIN": np.minimum,
@@ -207,11 +208,11 @@ class PartialAllreduce:
         x = self._check_open_and_buffer(sendbuf)
         self._calls += 1
         if self.sync_every and self._calls % self.sync_every == 0:
-            return _Ready(self._synchronous_round(x))
+            return _Done(self._synchronous_round(x))
         seq, waiting, rnd, fresh = self._deposit(x)
         self._arrive(rnd, fresh)
         if waiting:                       # finished rounds not yet observed
-            return _Ready(self._take(seq))
+            return _Done(self._take(seq))
         return _PartialRequest(self, self._observed, seq)
 
     def _deposit(self, x, fresh=None):
@@ -372,17 +373,6 @@ class _PartialRequest:
         if self._res is None:
             self._ar._sched.wait(round=self._round, timeout=timeout)
             self._res = self._ar._take(self._seq)
-        return self._res
-
-
-class _Ready:
-    def __init__(self, res):
-        self._res = res
-
-    def test(self):
-        return True
-
-    def wait(self, timeout=None):
         return self._res
 
 
