@@ -86,6 +86,8 @@ setup(
     cmdclass={"build_ext": BuildExt},
     python_requires=">=3.9",
     install_requires=install_requires,
+    entry_points={"console_scripts": [
+        "partialcoll-bench = partialcoll.bench.__main__:main"]},
     extras_require={
         "test": ["pytest", "pytest-mpi"],
         "bench": ["tqdm", "matplotlib"],

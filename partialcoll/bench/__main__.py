@@ -1,4 +1,5 @@
-"""``python -m partialcoll.bench {latency,sweep,overhead}`` (run under mpiexec)."""
+"""``partialcoll-bench {latency,sweep,overhead}`` (or ``python -m
+partialcoll.bench``), run under mpiexec."""
 import sys
 
 from . import latency, overhead, sweep
