@@ -1,0 +1,374 @@
+"""The framework-agnostic core of eager-SGD: average a list of gradients
+across ranks with one partial allreduce per step over a fused buffer.
+
+The wrappers (:mod:`partialcoll.eager.optim` for NumPy,
+:mod:`partialcoll.torch` for PyTorch) only move tensors in and out of this.
+
+Why the sum of applied updates equals synchronous SGD's: every rank's
+gradient lands in exactly one round of the partial allreduce (a late one is
+carried into the next round, never dropped), and with catch-up every rank
+receives every round exactly once, either at the step that waited for it or
+folded into a later step's result, or at the latest in :meth:`flush`.  Each
+result is divided by the world size P (not by the number of active
+processes), so over a run every rank applies sum(all gradients) / P, exactly
+what synchronous SGD applies, only at different steps.
+"""
+import weakref
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import _comm
+from .._buffers import as_array
+from .._errors import ScheduleError
+from ..collectives.partial import (MajorityAllreduce, QuorumAllreduce,
+                                   SoloAllreduce)
+
+MODES = ("solo", "majority", "sync")
+
+
+class StepInfo:
+    """What one eager-SGD step did, for logging.
+
+    Attributes:
+        step: this rank's step number (1-based; 0 for a flush).
+        active: processes whose fresh gradient was in the round applied
+            (the paper's NAP; P for ``"sync"``).
+        included: whether this rank's gradient of this step is in the
+            update just applied (if not, it is carried to a later round).
+        rounds: how many rounds of the partial allreduce the update combines
+            (more than 1 when this rank had fallen behind).
+        round: index of the latest round applied.
+    """
+
+    __slots__ = ("step", "active", "included", "rounds", "round")
+
+    def __init__(self, step, active, included, rounds, round):
+        self.step, self.active, self.included = step, active, included
+        self.rounds, self.round = rounds, round
+
+    def as_dict(self):
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __repr__(self):
+        return ("StepInfo(" + ", ".join(f"{k}={getattr(self, k)}"
+                                        for k in self.__slots__) + ")")
+
+
+def check_mode(mode, size):
+    """Normalise ``mode``: "solo", "majority", "sync" or an int quorum."""
+    if isinstance(mode, str):
+        m = mode.lower()
+        if m in MODES:
+            return m
+        if m.isdigit():
+            mode = int(m)
+        else:
+            raise ScheduleError(f"mode must be 'solo', 'majority', 'sync' or "
+                                f"an integer quorum, not {mode!r}")
+    if isinstance(mode, (int, np.integer)) and not isinstance(mode, bool):
+        if not 1 <= int(mode) <= size:
+            raise ScheduleError(f"quorum mode must be between 1 and the "
+                                f"number of processes ({size}), not {mode}")
+        return int(mode)
+    raise ScheduleError(f"mode must be 'solo', 'majority', 'sync' or an "
+                        f"integer quorum, not {mode!r}")
+
+
+class _Bucket:
+    """A fused buffer for some of the gradients (all of one dtype)."""
+
+    def __init__(self, dtype, members):
+        self.dtype = np.dtype(dtype)
+        self.members = members              # [(index, offset, size, shape)]
+        self.size = sum(m[2] for m in members)
+        self.send = np.zeros(self.size, self.dtype)
+        self.coll = None                    # the partial allreduce object
+
+
+class EagerAverager:
+    """Average gradients across the ranks of ``comm``, eager-SGD style.
+
+    Args:
+        templates: one array (or ``(shape, dtype)`` pair) per gradient, in an
+            order that is the same on every rank.
+        mode: ``"solo"`` (wait-free: the first rank to arrive starts the
+            round), ``"majority"`` (a randomly drawn rank starts it, so on
+            average half the ranks are fresh), an integer k (quorum: at least
+            k fresh ranks per round) or ``"sync"`` (MPI_Allreduce every step,
+            the synchronous baseline).
+        sync_every: every ``sync_every``-th step is a synchronous round (all
+            pending gradients applied on every rank).  Every rank must then
+            make the same number of steps.  None: never.
+        comm: an mpi4py communicator (default ``MPI.COMM_WORLD``).
+        bucket_bytes: split the fused buffer into buckets of about this many
+            bytes, one partial allreduce each (never splitting a gradient);
+            ``"solo"`` and ``"sync"`` only.  None: one buffer.  The buffer
+            has the widest gradient dtype (float16 and float32 gradients
+            travel as float32) and results come back in that dtype.
+        seed: majority mode's seed for drawing initiators.
+        names: a name per gradient, used in error messages.
+
+    Creating, :meth:`flush` and :meth:`close` are collective over ``comm``.
+    """
+
+    _created = 0
+
+    def __init__(self, templates, mode="solo", sync_every=None, comm=None,
+                 bucket_bytes=None, seed=0, names=None):
+        comm = MPI.COMM_WORLD if comm is None else comm
+        if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
+            raise ScheduleError(f"comm must be an mpi4py communicator, "
+                                f"not {comm!r}")
+        self.size, self.rank = comm.Get_size(), comm.Get_rank()
+        self.mode = check_mode(mode, self.size)
+        if sync_every is not None and (isinstance(sync_every, bool) or
+                                       int(sync_every) < 1):
+            raise ScheduleError("sync_every must be a positive integer or None")
+        if bucket_bytes is not None and int(bucket_bytes) < 1:
+            raise ScheduleError("bucket_bytes must be a positive integer or None")
+        if bucket_bytes is not None and self.mode not in ("solo", "sync"):
+            # Each bucket would be its own partial allreduce with its own
+            # rounds; a rank whose deposit is stale in one bucket does not
+            # arrive there, while it waits for another bucket's round: two
+            # such ranks can wait on each other forever.
+            raise ScheduleError("bucket_bytes works with 'solo' and 'sync' "
+                                "modes only: separate majority/quorum rounds "
+                                "per bucket can wait on each other forever")
+        specs = [_spec(t) for t in templates]
+        if not specs:
+            raise ScheduleError("nothing to average: no gradients given")
+        self.names = (list(names) if names is not None
+                      else [f"grad[{i}]" for i in range(len(specs))])
+        if len(self.names) != len(specs):
+            raise ScheduleError("names and templates differ in length")
+        self.specs = specs
+        self.sync_every = None if sync_every is None else int(sync_every)
+        self._check_same_everywhere(comm, bucket_bytes, seed)
+        self.comm = _comm.dup(comm)
+        self._buckets = _plan_buckets(specs, bucket_bytes)
+        if self.mode != "sync":
+            kw = {"comm": self.comm, "sync_every": self.sync_every}
+            for b in self._buckets:
+                if self.mode == "solo":
+                    b.coll = SoloAllreduce(b.send, **kw)
+                elif self.mode == "majority":
+                    b.coll = MajorityAllreduce(b.send, seed=seed, **kw)
+                else:
+                    b.coll = QuorumAllreduce(b.send, self.mode, **kw)
+        self.steps = 0              # steps taken by this rank
+        self.included = 0           # steps whose gradient was in their update
+        self.rounds = 0             # rounds applied (flushes included)
+        self._active_sum = 0        # sum of NAP over steps
+        self.last = None
+        self.owner = None           # weakref to the wrapping optimizer
+        self._closed = False
+        EagerAverager._created += 1
+        self._order = EagerAverager._created
+        _LIVE.add(self)
+
+    def _check_same_everywhere(self, comm, bucket_bytes, seed):
+        mine = {"gradients": [(n, s, d.str) for n, (s, d) in
+                              zip(self.names, self.specs)],
+                "mode": self.mode, "sync_every": self.sync_every,
+                "bucket_bytes": bucket_bytes, "seed": seed}
+        everyone = comm.allgather(mine)
+        bad = [k for k in mine if any(d[k] != mine[k] for d in everyone)]
+        if not bad:
+            return
+        lines = []
+        for k in bad:
+            if k == "gradients":
+                lines.append(_describe_gradient_mismatch(
+                    [d[k] for d in everyone]))
+            else:
+                lines.append(f"{k}: " + ", ".join(
+                    f"rank {r}={d[k]!r}" for r, d in enumerate(everyone)))
+        raise ScheduleError("eager-SGD set up differently on different ranks: "
+                            + "; ".join(lines))
+
+    # -- steps ------------------------------------------------------------
+    def reduce(self, grads):
+        """Contribute this rank's ``grads`` (a list like the templates; None
+        for a gradient this step did not produce: it counts as zero) and
+        return ``(averaged, info)``: the arrays to apply (fresh arrays,
+        shaped like the templates, divided by the world size) and a
+        :class:`StepInfo`."""
+        self._check_open()
+        grads = list(grads)
+        if len(grads) != len(self.specs):
+            raise ScheduleError(f"expected {len(self.specs)} gradients, got "
+                                f"{len(grads)}")
+        for b in self._buckets:
+            _pack(b, grads, self.specs, self.names)
+        self.steps += 1
+        if self.mode == "sync":
+            out = []
+            for b in self._buckets:
+                r = np.empty_like(b.send)
+                self.comm.Allreduce(b.send, r, op=MPI.SUM)
+                out.append(r)
+            info = StepInfo(self.steps, self.size, True, 1, self.steps - 1)
+        else:
+            reqs = [b.coll.start(b.send) for b in self._buckets]
+            res = [r.wait() for r in reqs]
+            out = [r.data.reshape(-1) for r in res]
+            info = StepInfo(self.steps, min(r.active for r in res),
+                            all(r.included for r in res),
+                            max(r.rounds for r in res),
+                            max(r.round for r in res))
+        self.included += info.included
+        self.rounds += info.rounds
+        self._active_sum += info.active
+        self.last = info
+        return self._unpack(out), info
+
+    def flush(self):
+        """Collective: a synchronous round that returns everything still
+        pending anywhere (every rank's carried gradients and the rounds this
+        rank has not applied yet) as ``(averaged, info)``; ``None`` when
+        there is nothing to apply on any rank (then every rank gets None,
+        so optimizers with state stay in step).  ``"sync"`` mode never has
+        anything pending."""
+        self._check_open()
+        if self.mode == "sync":
+            return None
+        res = [b.coll.flush() for b in self._buckets]
+        out = [r.data.reshape(-1) for r in res]
+        anything = int(any(r.rounds and np.any(d != 0)
+                           for r, d in zip(res, out)))
+        if not self.comm.allreduce(anything, op=MPI.MAX):
+            return None
+        info = StepInfo(0, min(r.active for r in res), True,
+                        max(r.rounds for r in res), max(r.round for r in res))
+        self.rounds += info.rounds
+        return self._unpack(out), info
+
+    def close(self):
+        """Collective: flush and free.  Returns what :meth:`flush` returns
+        (apply it, or pending gradients are lost).  Idempotent."""
+        if self._closed:
+            return None
+        final = self.flush()
+        for b in self._buckets:
+            if b.coll is not None:
+                b.coll.close()
+        _comm.release(self.comm)
+        self._closed = True
+        return final
+
+    # -- counters ---------------------------------------------------------
+    @property
+    def mean_active(self):
+        """Average number of active processes (NAP) over the steps so far."""
+        return self._active_sum / self.steps if self.steps else 0.0
+
+    def stats(self):
+        """Counters for logging: steps, included, rounds, mean_active."""
+        return {"mode": self.mode, "steps": self.steps,
+                "included": self.included, "rounds": self.rounds,
+                "mean_active": self.mean_active}
+
+    # -- internals ----------------------------------------------------------
+    def _unpack(self, flat_per_bucket):
+        out = [None] * len(self.specs)
+        for b, flat in zip(self._buckets, flat_per_bucket):
+            flat /= self.size
+            for i, off, n, shape in b.members:
+                out[i] = flat[off:off + n].reshape(shape)
+        return out
+
+    def _check_open(self):
+        if self._closed:
+            raise ScheduleError("this eager-SGD averager is closed")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+_LIVE = weakref.WeakSet()
+
+
+def live_averagers(comm):
+    """Open averagers whose communicator has the same group as ``comm``, in
+    creation order (the same on every rank)."""
+    out = []
+    for a in list(_LIVE):
+        if a._closed:
+            continue
+        if MPI.Comm.Compare(a.comm, comm) in (MPI.IDENT, MPI.CONGRUENT):
+            out.append(a)
+    return sorted(out, key=lambda a: a._order)
+
+
+def _spec(t):
+    if isinstance(t, tuple) and len(t) == 2 and not isinstance(t[0], np.ndarray):
+        shape, dtype = t
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        dtype = np.dtype(dtype)
+    else:
+        a = np.asarray(t) if not isinstance(t, np.ndarray) else t
+        shape, dtype = a.shape, a.dtype
+    if dtype.kind not in "fc":
+        raise ScheduleError(f"gradients must be floating point, not {dtype}")
+    return tuple(int(s) for s in shape), dtype
+
+
+def _plan_buckets(specs, bucket_bytes):
+    """One fused buffer in the widest gradient dtype, split into buckets of
+    about ``bucket_bytes`` at gradient boundaries (None: one bucket)."""
+    dtype = np.result_type(*[d for _, d in specs])
+    buckets, cur, off = [], [], 0
+    for i, (shape, _) in enumerate(specs):
+        n = int(np.prod(shape, dtype=np.int64))
+        if cur and bucket_bytes and (off + n) * dtype.itemsize > bucket_bytes:
+            buckets.append(_Bucket(dtype, cur))
+            cur, off = [], 0
+        cur.append((i, off, n, shape))
+        off += n
+    buckets.append(_Bucket(dtype, cur))
+    return buckets
+
+
+def _pack(b, grads, specs, names):
+    for i, off, n, shape in b.members:
+        g = grads[i]
+        if g is None:
+            b.send[off:off + n] = 0
+            continue
+        a = g if isinstance(g, np.ndarray) else as_array(g, names[i])
+        if a.size != n:
+            raise ScheduleError(f"gradient {names[i]} has {a.size} elements, "
+                                f"expected {n} (shape {shape})")
+        b.send[off:off + n] = a.reshape(-1)
+
+
+def _describe_gradient_mismatch(per_rank):
+    ref = per_rank[0]
+    for r, g in enumerate(per_rank[1:], 1):
+        if g == ref:
+            continue
+        a, b = {n: (s, d) for n, s, d in ref}, {n: (s, d) for n, s, d in g}
+        only0 = sorted(set(a) - set(b))
+        onlyr = sorted(set(b) - set(a))
+        diff = sorted(n for n in set(a) & set(b) if a[n] != b[n])
+        parts = []
+        if only0:
+            parts.append(f"only rank 0 has {_few(only0)}")
+        if onlyr:
+            parts.append(f"only rank {r} has {_few(onlyr)}")
+        for n in diff[:3]:
+            parts.append(f"{n} is {a[n][0]} {np.dtype(a[n][1])} on rank 0 "
+                         f"but {b[n][0]} {np.dtype(b[n][1])} on rank {r}")
+        if not parts:
+            parts.append(f"the gradients are in a different order on rank {r}")
+        return "gradients differ: " + "; ".join(parts)
+    return "gradients differ"
+
+
+def _few(names):
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more"
+                                   if len(names) > 4 else "")

@@ -1,0 +1,150 @@
+"""eager-SGD for NumPy training loops.
+
+A NumPy optimizer here is any object with a ``params`` list of arrays that it
+updates in place and a ``step(grads)`` method taking one gradient per
+parameter.  :class:`SGD` and :class:`Adam` are small reference ones; wrap any
+of them (or your own) in one line::
+
+    opt = EagerOptimizer(SGD(params, lr=0.1), mode="solo")
+    for batch in data:
+        info = opt.step(compute_grads(params, batch))   # a StepInfo
+    opt.flush()          # collective: every pending gradient applied
+"""
+import numpy as np
+
+from .._errors import ScheduleError
+from .core import EagerAverager
+
+
+class SGD:
+    """Plain SGD with optional momentum and weight decay, like
+    ``torch.optim.SGD`` (``v = mu v + g; p -= lr v``)."""
+
+    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0,
+                 nesterov=False):
+        self.params = _check_params(params)
+        if lr <= 0 or momentum < 0 or weight_decay < 0:
+            raise ScheduleError("lr must be > 0; momentum, weight_decay >= 0")
+        self.lr, self.momentum = float(lr), float(momentum)
+        self.weight_decay, self.nesterov = float(weight_decay), bool(nesterov)
+        self._v = [None] * len(self.params)
+
+    def step(self, grads):
+        for i, (p, g) in enumerate(zip(self.params, grads)):
+            if g is None:
+                continue
+            if self.weight_decay:
+                g = g + self.weight_decay * p
+            if self.momentum:
+                v = self._v[i]
+                if v is None:
+                    v = self._v[i] = np.array(g, dtype=p.dtype, copy=True)
+                else:
+                    v *= self.momentum
+                    v += g
+                g = g + self.momentum * v if self.nesterov else v
+            p -= self.lr * g
+
+
+class Adam:
+    """Adam (Kingma and Ba), like ``torch.optim.Adam`` without amsgrad."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                 weight_decay=0.0):
+        self.params = _check_params(params)
+        self.lr, self.betas, self.eps = float(lr), betas, float(eps)
+        self.weight_decay = float(weight_decay)
+        self._m = [np.zeros_like(p) for p in self.params]
+        self._v = [np.zeros_like(p) for p in self.params]
+        self._t = [0] * len(self.params)
+
+    def step(self, grads):
+        b1, b2 = self.betas
+        for i, (p, g) in enumerate(zip(self.params, grads)):
+            if g is None:
+                continue
+            if self.weight_decay:
+                g = g + self.weight_decay * p
+            self._t[i] += 1
+            t, m, v = self._t[i], self._m[i], self._v[i]
+            m *= b1
+            m += (1 - b1) * g
+            v *= b2
+            v += (1 - b2) * g * g
+            mhat = m / (1 - b1 ** t)
+            vhat = v / (1 - b2 ** t)
+            p -= self.lr * mhat / (np.sqrt(vhat) + self.eps)
+
+
+class EagerOptimizer:
+    """Turn a NumPy optimizer into eager-SGD.
+
+    ``step(grads)`` averages ``grads`` across ranks with a partial allreduce
+    (see :class:`~partialcoll.eager.core.EagerAverager` for ``mode``,
+    ``sync_every``, ``comm``, ``bucket_bytes`` and ``seed``) and passes the
+    result to the wrapped optimizer's ``step``.  A gradient that misses its
+    round is carried into a later one and applied then: nothing is lost.
+
+    Creating, :meth:`flush` and :meth:`close` are collective.
+    """
+
+    def __init__(self, optimizer, mode="solo", sync_every=None, comm=None,
+                 bucket_bytes=None, seed=0, names=None):
+        if not hasattr(optimizer, "step") or not hasattr(optimizer, "params"):
+            raise ScheduleError("optimizer must have a 'params' list and a "
+                                "'step(grads)' method")
+        self.optimizer = optimizer
+        self.params = list(optimizer.params)
+        self.averager = EagerAverager(self.params, mode, sync_every, comm,
+                                      bucket_bytes, seed, names)
+
+    def step(self, grads):
+        """Average ``grads`` (one per parameter, None for none) and apply
+        them.  Returns the step's :class:`~partialcoll.eager.core.StepInfo`."""
+        avg, info = self.averager.reduce(grads)
+        self.optimizer.step(avg)
+        return info
+
+    def flush(self):
+        """Collective: apply every gradient still pending on any rank (one
+        extra optimizer step on every rank, or none anywhere if nothing is
+        pending).  Returns its StepInfo or None."""
+        out = self.averager.flush()
+        if out is None:
+            return None
+        self.optimizer.step(out[0])
+        return out[1]
+
+    def close(self):
+        """Collective: flush, apply, free.  Idempotent."""
+        if self.averager._closed:
+            return None
+        out = self.averager.close()
+        if out is not None:
+            self.optimizer.step(out[0])
+            return out[1]
+        return None
+
+    @property
+    def last_step(self):
+        """The latest step's StepInfo (None before the first step)."""
+        return self.averager.last
+
+    def stats(self):
+        """Counters: steps, included, rounds, mean_active (average NAP)."""
+        return self.averager.stats()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _check_params(params):
+    params = list(params)
+    for i, p in enumerate(params):
+        if not isinstance(p, np.ndarray) or p.dtype.kind != "f":
+            raise ScheduleError(f"params[{i}] must be a floating-point NumPy "
+                                f"array updated in place")
+    return params

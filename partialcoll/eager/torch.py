@@ -1,0 +1,272 @@
+"""eager-SGD for PyTorch: wrap any ``torch.optim.Optimizer`` in one line.
+
+::
+
+    import partialcoll.torch as pct
+    pct.broadcast_parameters(model.state_dict(), root=0)
+    opt = pct.EagerOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                             model.named_parameters(), mode="solo")
+    for x, y in data:
+        opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
+    opt.flush()                   # every pending gradient applied everywhere
+    pct.synchronize_model(model)  # average the weights across ranks
+
+Gradients travel through a host buffer: CPU tensors are used in place;
+tensors on another device are copied to the host and back (correct, not
+fast; see the README's GPU section).
+"""
+import weakref
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from .._errors import ScheduleError
+from .core import EagerAverager, live_averagers
+
+_NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32,
+                 torch.float64: np.float64, torch.complex64: np.complex64,
+                 torch.complex128: np.complex128}
+
+
+def _np_dtype(t, name):
+    try:
+        return np.dtype(_NUMPY_DTYPES[t.dtype])
+    except KeyError:
+        raise ScheduleError(f"parameter {name} is {t.dtype}: eager-SGD "
+                            f"averages float16/32/64 and complex gradients "
+                            f"only") from None
+
+
+def _host_view(t):
+    """A NumPy array with ``t``'s data: a view for a contiguous CPU tensor,
+    else a host copy."""
+    t = t.detach()
+    if t.device.type != "cpu" or not t.is_contiguous():
+        t = t.to("cpu", memory_format=torch.contiguous_format)
+    return t.numpy()
+
+
+class EagerOptimizer(torch.optim.Optimizer):
+    """eager-SGD around ``optimizer`` (any ``torch.optim.Optimizer``).
+
+    Args:
+        optimizer: the optimizer to wrap; it keeps its state and param
+            groups (this object shares them, so LR schedulers,
+            ``state_dict()`` and ``zero_grad()`` work on either).
+        named_parameters: ``model.named_parameters()``: names give every rank
+            the same gradient order and readable errors.  It must name every
+            parameter the optimizer updates.  None: the optimizer's order.
+        mode: ``"solo"``, ``"majority"``, an integer quorum, or ``"sync"``
+            (a full allreduce every step: synchronous SGD).
+        sync_every: every n-th step is a synchronous round (then every rank
+            must make the same number of steps).  None: never.
+        comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
+        bucket_bytes: split the fused gradient buffer into buckets of about
+            this many bytes (one partial allreduce each).  None: one.
+        seed: majority mode's seed for drawing initiators.
+
+    ``step()`` averages the gradients across ranks (summed over the
+    processes, divided by the world size, stale ones included) and then
+    calls the wrapped optimizer's ``step()``.  A parameter with no gradient
+    in a step contributes zeros; after averaging every parameter has a
+    gradient (as in Horovod).  ``last_step`` and ``stats()`` report the
+    number of active processes and whether this rank's gradient was
+    included.  Creating, :meth:`flush` and :meth:`close` are collective.
+    """
+
+    def __init__(self, optimizer, named_parameters=None, mode="solo",
+                 sync_every=None, comm=None, bucket_bytes=None, seed=0):
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ScheduleError(f"EagerOptimizer wraps a torch.optim.Optimizer,"
+                                f" not {type(optimizer).__name__}")
+        if isinstance(optimizer, EagerOptimizer):
+            raise ScheduleError("this optimizer is already an EagerOptimizer")
+        self.optimizer = optimizer
+        self._named = _check_named(optimizer, named_parameters)
+        for name, p in self._named:
+            if p.is_sparse:
+                raise ScheduleError(f"parameter {name} is sparse; eager-SGD "
+                                    f"averages dense gradients only")
+        templates = [(tuple(p.shape), _np_dtype(p, n)) for n, p in self._named]
+        super().__init__(optimizer.param_groups, optimizer.defaults)
+        self.param_groups = optimizer.param_groups
+        self.state = optimizer.state
+        self.averager = EagerAverager(templates, mode, sync_every, comm,
+                                      bucket_bytes, seed,
+                                      [n for n, _ in self._named])
+        self.averager.owner = weakref.ref(self)
+
+    @torch.no_grad()
+    def _apply(self, averaged):
+        for (_, p), g in zip(self._named, averaged):
+            t = torch.from_numpy(g)
+            if p.grad is None:
+                p.grad = t.to(device=p.device, dtype=p.dtype, copy=True)
+            else:
+                p.grad.copy_(t)
+        self.optimizer.step()
+
+    def step(self, closure=None):
+        """Average the gradients (partial allreduce) and step the wrapped
+        optimizer.  Returns the closure's loss, if given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        grads = [None if p.grad is None else _host_view(p.grad)
+                 for _, p in self._named]
+        averaged, _ = self.averager.reduce(grads)
+        self._apply(averaged)
+        return loss
+
+    def flush(self):
+        """Collective: apply every gradient still pending on any rank, as
+        one extra step of the wrapped optimizer on every rank (none on any
+        rank when nothing is pending).  Returns its StepInfo or None."""
+        out = self.averager.flush()
+        if out is None:
+            return None
+        self._apply(out[0])
+        return out[1]
+
+    def close(self):
+        """Collective: flush (applied), then free the communication
+        resources.  Idempotent."""
+        if self.averager._closed:
+            return None
+        out = self.averager.close()
+        if out is None:
+            return None
+        self._apply(out[0])
+        return out[1]
+
+    @property
+    def mode(self):
+        return self.averager.mode
+
+    @property
+    def last_step(self):
+        """The latest step's :class:`~partialcoll.eager.core.StepInfo`:
+        ``active`` (processes with fresh gradients, NAP), ``included``
+        (this rank's gradient is in the update), ``rounds``."""
+        return self.averager.last
+
+    def stats(self):
+        """Counters: steps, included, rounds, mean_active (average NAP)."""
+        return self.averager.stats()
+
+    def __repr__(self):
+        return f"EagerOptimizer(mode={self.mode!r}, {self.optimizer!r})"
+
+
+def _check_named(optimizer, named_parameters):
+    opt_params = [p for g in optimizer.param_groups for p in g["params"]]
+    if named_parameters is None:
+        named = [(f"param.{i}", p) for i, p in enumerate(opt_params)]
+    else:
+        named = list(named_parameters)
+        for item in named:
+            if (not isinstance(item, tuple) or len(item) != 2
+                    or not isinstance(item[1], torch.Tensor)):
+                raise ScheduleError("named_parameters must be (name, tensor) "
+                                    "pairs, e.g. model.named_parameters()")
+        names = [n for n, _ in named]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ScheduleError(f"named_parameters repeats names: {dup[:4]}")
+        ids = {id(p) for _, p in named}
+        missing = [i for i, p in enumerate(opt_params) if id(p) not in ids]
+        if missing:
+            raise ScheduleError(f"named_parameters does not name "
+                                f"{len(missing)} of the optimizer's "
+                                f"parameters (indices {missing[:4]})")
+        opt_ids = {id(p) for p in opt_params}
+        named = [(n, p) for n, p in named if id(p) in opt_ids]
+        named.sort(key=lambda np_: np_[0])
+    named = [(n, p) for n, p in named if p.requires_grad]
+    if not named:
+        raise ScheduleError("the optimizer has no parameter that requires "
+                            "a gradient")
+    return named
+
+
+# -- model-level helpers ------------------------------------------------------
+def _tensors(state):
+    if isinstance(state, torch.nn.Module):
+        state = state.state_dict()
+    if isinstance(state, dict):
+        items = list(state.items())
+    else:
+        items = list(state)
+    for n, t in items:
+        if not isinstance(t, torch.Tensor):
+            raise ScheduleError(f"{n} is not a tensor")
+        if t.dtype == torch.bfloat16:
+            raise ScheduleError(f"{n} is bfloat16, which MPI cannot carry")
+    return sorted(items, key=lambda it: it[0])
+
+
+def _check_same(comm, items, what):
+    mine = [(n, tuple(t.shape), str(t.dtype)) for n, t in items]
+    everyone = comm.allgather(mine)
+    for r, theirs in enumerate(everyone):
+        if theirs != mine:
+            a, b = dict((n, s) for n, *s in mine), dict((n, s) for n, *s in theirs)
+            diff = sorted(set(a) ^ set(b)) or sorted(
+                n for n in a if a[n] != b.get(n))
+            raise ScheduleError(f"{what}: the tensors differ between rank "
+                                f"{comm.Get_rank()} and rank {r} "
+                                f"(first differences: {diff[:4]})")
+
+
+def broadcast_parameters(params, root=0, comm=None):
+    """Copy ``root``'s tensors to every rank, in place (collective).
+
+    ``params``: a ``state_dict()``, a module, or ``(name, tensor)`` pairs
+    such as ``model.named_parameters()``.  Every rank must pass the same
+    names, shapes and dtypes (checked; a clear error on every rank if not).
+    """
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if not 0 <= root < comm.Get_size():
+        raise ScheduleError(f"root {root} is not a rank of a communicator of "
+                            f"size {comm.Get_size()}")
+    items = _tensors(params)
+    _check_same(comm, items, "broadcast_parameters")
+    with torch.no_grad():
+        for _, t in items:
+            host = _host_view(t)
+            comm.Bcast(host, root=root)
+            if host.ctypes.data != t.data_ptr() or t.device.type != "cpu":
+                t.copy_(torch.from_numpy(host))
+
+
+def synchronize_model(model, comm=None):
+    """Average ``model``'s floating-point parameters and buffers across the
+    ranks of ``comm`` (collective).  Integer buffers take rank 0's value.
+
+    It first flushes every open :class:`EagerOptimizer` on the same ranks
+    (in creation order), so pending gradients are applied and no rank is
+    left waiting inside a partial allreduce for this one.
+    """
+    comm = MPI.COMM_WORLD if comm is None else comm
+    for opt in _live_optimizers(comm):
+        opt.flush()
+    items = _tensors(model)
+    _check_same(comm, items, "synchronize_model")
+    P = comm.Get_size()
+    with torch.no_grad():
+        for _, t in items:
+            host = _host_view(t)
+            if t.is_floating_point() or t.is_complex():
+                comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
+                host /= P
+            else:
+                comm.Bcast(host, root=0)
+            if host.ctypes.data != t.data_ptr() or t.device.type != "cpu":
+                t.copy_(torch.from_numpy(host))
+
+
+def _live_optimizers(comm):
+    owners = [a.owner() if a.owner else None for a in live_averagers(comm)]
+    return [o for o in owners if isinstance(o, EagerOptimizer)]

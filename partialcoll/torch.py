@@ -1,0 +1,17 @@
+"""``import partialcoll.torch as pct``: eager-SGD for PyTorch.
+
+See :mod:`partialcoll.eager.torch` for the documentation.  Needs torch
+(``pip install partialcoll[torch]``).
+"""
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as e:            # pragma: no cover - depends on the env
+    raise ImportError("partialcoll.torch needs PyTorch: pip install "
+                      "'partialcoll[torch]' (or your own torch build)") from e
+
+from .eager.torch import (EagerOptimizer, broadcast_parameters,  # noqa: E402
+                          synchronize_model)
+from .eager.core import StepInfo  # noqa: E402
+
+__all__ = ["EagerOptimizer", "broadcast_parameters", "synchronize_model",
+           "StepInfo"]
