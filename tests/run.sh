@@ -9,6 +9,14 @@ VENV=${PARTIALCOLL_VENV:-.venv}
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$VENV/bin/python" -m pip install -q ".[test]"
+# PyTorch (CPU build) for the partialcoll.torch tests.  PARTIALCOLL_TORCH is
+# the pip requirement to install, or "skip" (those tests then skip, saying
+# why).  Pinned: an unpinned "torch" may pull several GB of CUDA packages.
+TORCH=${PARTIALCOLL_TORCH:-torch==2.13.0}
+if [ "$TORCH" != skip ] && ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+    "$VENV/bin/python" -m pip install -q "$TORCH" ||
+        echo "warning: could not install $TORCH: the torch tests will skip"
+fi
 export PATH="$PWD/$VENV/bin:$PATH"
 cd tests   # import the installed package, not the source tree
 status=0
