@@ -1,12 +1,13 @@
 """Smoke tests of the benchmarks (short runs) at the running comm size."""
 import argparse
+import json
 import pathlib
 import tempfile
 
 import pytest
 from mpi4py import MPI
 
-from partialcoll.bench import latency, overhead, sweep
+from partialcoll.bench import hyperplane, latency, lstm, overhead, sweep
 
 pytestmark = pytest.mark.mpi
 
@@ -46,3 +47,34 @@ def test_sweep_and_overhead_run(rank_tmp):
                                             "--iters", "50",
                                             "--idle-seconds", "0.1"]))
     assert rows[0]["avg"] < 100
+
+
+def test_hyperplane_benchmark_runs(rank_tmp):
+    """A tiny hyperplane run: every mode trains (the loss falls) and the
+    table, JSON curves and plot are written."""
+    P = MPI.COMM_WORLD.size
+    out, png = rank_tmp / "hp.json", rank_tmp / "hp.png"
+    rows = hyperplane.run(args_for(hyperplane, [
+        "--dim", "64", "--batch", str(16 * P), "--train-samples", "2048",
+        "--val-samples", "256", "--steps", "30", "--delays", "5",
+        "--modes", "solo,sync,majority", "--eval-every", "10",
+        "--json", str(out), "--plot", str(png)]))
+    assert [r["mode"] for r in rows] == ["sync", "solo", "majority"]
+    assert all(r["steps_per_s"] > 0 and r["val_mse"] < 64 for r in rows), rows
+    if MPI.COMM_WORLD.rank == 0:
+        doc = json.loads(out.read_text())
+        curves = doc["curves"]["5 ms injected delay"]
+        assert curves[0]["curve"][0]["val_mse"] > curves[0]["curve"][-1]["val_mse"]
+        assert png.exists()
+
+
+def test_lstm_benchmark_runs(rank_tmp):
+    pytest.importorskip("torch", reason="PyTorch is not installed")
+    P = MPI.COMM_WORLD.size
+    rows = lstm.run(args_for(lstm, [
+        "--batch", str(4 * P), "--train-samples", "64", "--test-samples",
+        "32", "--epochs", "1", "--length-scale", "0.05", "--hidden", "8",
+        "--modes", "sync,solo", "--csv", str(rank_tmp / "l.csv")]))
+    assert [r["mode"] for r in rows] == ["sync", "solo"]
+    assert all(0 <= r["test_acc"] <= 1 and r["steps"] == max(1, 16 // P)
+               for r in rows)

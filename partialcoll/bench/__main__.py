@@ -1,10 +1,11 @@
-"""``partialcoll-bench {latency,sweep,overhead}`` (or ``python -m
+"""``partialcoll-bench {latency,sweep,overhead,hyperplane,lstm}`` (or ``python -m
 partialcoll.bench``), run under mpiexec."""
 import sys
 
-from . import latency, overhead, sweep
+from . import hyperplane, latency, lstm, overhead, sweep
 
-COMMANDS = {"latency": latency, "sweep": sweep, "overhead": overhead}
+COMMANDS = {"latency": latency, "sweep": sweep, "overhead": overhead,
+            "hyperplane": hyperplane, "lstm": lstm}
 
 
 def main(argv=None):

@@ -21,10 +21,12 @@ from mpi4py import MPI
 from .. import _comm
 from .._buffers import as_array
 from .._errors import ScheduleError
+from ..collectives.allreduce import allreduce
 from ..collectives.partial import (MajorityAllreduce, QuorumAllreduce,
                                    SoloAllreduce)
 
-MODES = ("solo", "majority", "sync")
+MODES = ("solo", "majority", "sync", "sync-mpi")
+SYNC_MODES = ("sync", "sync-mpi")
 
 
 class StepInfo:
@@ -64,15 +66,16 @@ def check_mode(mode, size):
         if m.isdigit():
             mode = int(m)
         else:
-            raise ScheduleError(f"mode must be 'solo', 'majority', 'sync' or "
-                                f"an integer quorum, not {mode!r}")
+            raise ScheduleError(f"mode must be 'solo', 'majority', 'sync', "
+                                f"'sync-mpi' or an integer quorum, not "
+                                f"{mode!r}")
     if isinstance(mode, (int, np.integer)) and not isinstance(mode, bool):
         if not 1 <= int(mode) <= size:
             raise ScheduleError(f"quorum mode must be between 1 and the "
                                 f"number of processes ({size}), not {mode}")
         return int(mode)
-    raise ScheduleError(f"mode must be 'solo', 'majority', 'sync' or an "
-                        f"integer quorum, not {mode!r}")
+    raise ScheduleError(f"mode must be 'solo', 'majority', 'sync', 'sync-mpi' "
+                        f"or an integer quorum, not {mode!r}")
 
 
 class _Bucket:
@@ -95,8 +98,11 @@ class EagerAverager:
         mode: ``"solo"`` (wait-free: the first rank to arrive starts the
             round), ``"majority"`` (a randomly drawn rank starts it, so on
             average half the ranks are fresh), an integer k (quorum: at least
-            k fresh ranks per round) or ``"sync"`` (MPI_Allreduce every step,
-            the synchronous baseline).
+            k fresh ranks per round), ``"sync"`` (partialcoll's full allreduce
+            every step: synchronous SGD, the baseline) or ``"sync-mpi"``
+            (the same with MPI_Allreduce).  The two sync modes differ only in
+            how a waiting rank waits: MPI libraries usually spin, partialcoll
+            backs off, which matters when ranks share cores.
         sync_every: every ``sync_every``-th step is a synchronous round (all
             pending gradients applied on every rank).  Every rank must then
             make the same number of steps.  None: never.
@@ -127,7 +133,7 @@ class EagerAverager:
             raise ScheduleError("sync_every must be a positive integer or None")
         if bucket_bytes is not None and int(bucket_bytes) < 1:
             raise ScheduleError("bucket_bytes must be a positive integer or None")
-        if bucket_bytes is not None and self.mode not in ("solo", "sync"):
+        if bucket_bytes is not None and self.mode not in ("solo",) + SYNC_MODES:
             # Each bucket would be its own partial allreduce with its own
             # rounds; a rank whose deposit is stale in one bucket does not
             # arrive there, while it waits for another bucket's round: two
@@ -147,7 +153,7 @@ class EagerAverager:
         self._check_same_everywhere(comm, bucket_bytes, seed)
         self.comm = _comm.dup(comm)
         self._buckets = _plan_buckets(specs, bucket_bytes)
-        if self.mode != "sync":
+        if self.mode not in SYNC_MODES:
             kw = {"comm": self.comm, "sync_every": self.sync_every}
             for b in self._buckets:
                 if self.mode == "solo":
@@ -202,11 +208,14 @@ class EagerAverager:
         for b in self._buckets:
             _pack(b, grads, self.specs, self.names)
         self.steps += 1
-        if self.mode == "sync":
+        if self.mode in SYNC_MODES:
             out = []
             for b in self._buckets:
                 r = np.empty_like(b.send)
-                self.comm.Allreduce(b.send, r, op=MPI.SUM)
+                if self.mode == "sync":
+                    allreduce(b.send, r, comm=self.comm)
+                else:
+                    self.comm.Allreduce(b.send, r, op=MPI.SUM)
                 out.append(r)
             info = StepInfo(self.steps, self.size, True, 1, self.steps - 1)
         else:
@@ -231,7 +240,7 @@ class EagerAverager:
         so optimizers with state stay in step).  ``"sync"`` mode never has
         anything pending."""
         self._check_open()
-        if self.mode == "sync":
+        if self.mode in SYNC_MODES:
             return None
         res = [b.coll.flush() for b in self._buckets]
         out = [r.data.reshape(-1) for r in res]
