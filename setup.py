@@ -90,7 +90,7 @@ setup(
     entry_points={"console_scripts": [
         "partialcoll-bench = partialcoll.bench.__main__:main"]},
     extras_require={
-        "test": ["pytest", "pytest-mpi"],
+        "test": ["pytest", "pytest-mpi", "matplotlib"],
         "bench": ["tqdm", "matplotlib"],
         "torch": ["torch"],
         "cuda": ["cupy"],

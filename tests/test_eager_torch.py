@@ -135,6 +135,10 @@ def test_stateful_optimizers_train_and_synchronize_model(make, mode):
     assert opt.param_groups[0]["lr"] < opt.optimizer.defaults["lr"]
     sd = opt.state_dict()
     assert len(sd["state"]) == len(list(model.parameters()))
+    opt.load_state_dict(sd)             # lands in the wrapped optimizer
+    assert opt.state is opt.optimizer.state and len(opt.optimizer.state)
+    with pytest.raises(pc.ScheduleError, match="parameter group"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(1))]})
     pct.synchronize_model(model)
     w = flat_lin(model)
     np.testing.assert_allclose(w, COMM.bcast(w, root=0), rtol=1e-6, atol=1e-6)

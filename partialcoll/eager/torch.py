@@ -96,6 +96,21 @@ class EagerOptimizer(torch.optim.Optimizer):
                                       bucket_bytes, seed,
                                       [n for n, _ in self._named])
         self.averager.owner = weakref.ref(self)
+        self._ready = True
+
+    def add_param_group(self, param_group):
+        if getattr(self, "_ready", False):
+            raise ScheduleError("cannot add a parameter group to an "
+                                "EagerOptimizer (its gradients would not be "
+                                "averaged): add it to the optimizer before "
+                                "wrapping")
+        super().add_param_group(param_group)
+
+    def load_state_dict(self, state_dict):
+        """Load into the wrapped optimizer (its state is this one's)."""
+        self.optimizer.load_state_dict(state_dict)
+        self.param_groups = self.optimizer.param_groups
+        self.state = self.optimizer.state
 
     @torch.no_grad()
     def _apply(self, averaged):
