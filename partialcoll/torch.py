@@ -9,9 +9,10 @@ except ImportError as e:            # pragma: no cover - depends on the env
     raise ImportError("partialcoll.torch needs PyTorch: pip install "
                       "'partialcoll[torch]' (or your own torch build)") from e
 
-from .eager.torch import (EagerOptimizer, broadcast_parameters,  # noqa: E402
+from .eager.torch import (EagerHook, EagerOptimizer,  # noqa: E402
+                          broadcast_parameters, eager_comm_hook,
                           synchronize_model)
 from .eager.core import StepInfo  # noqa: E402
 
-__all__ = ["EagerOptimizer", "broadcast_parameters", "synchronize_model",
-           "StepInfo"]
+__all__ = ["EagerOptimizer", "EagerHook", "eager_comm_hook",
+           "broadcast_parameters", "synchronize_model", "StepInfo"]

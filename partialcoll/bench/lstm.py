@@ -205,7 +205,8 @@ def run(args, comm=MPI.COMM_WORLD):
         tt = time_to(r["curve"], "test_acc", target, "higher")
         row["target_acc"] = target
         row["time_to_target_s"] = tt
-        row["tta_speedup"] = tt_base / tt if tt == tt and tt_base == tt_base \
+        # NaN when either never reached the target or reached it at once
+        row["tta_speedup"] = tt_base / tt if tt > 0 and tt_base > 0 \
             else float("nan")
         row["test_loss"] = r["final"]["test_loss"]
     emit(rows, ["mode", "steps", "time_s", "steps_per_s", "speedup",

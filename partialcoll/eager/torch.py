@@ -285,3 +285,112 @@ def synchronize_model(model, comm=None):
 def _live_optimizers(comm):
     owners = [a.owner() if a.owner else None for a in live_averagers(comm)]
     return [o for o in owners if isinstance(o, EagerOptimizer)]
+
+
+# -- DistributedDataParallel ------------------------------------------------
+class EagerHook:
+    """eager-SGD as a ``DistributedDataParallel`` communication hook, for
+    DDP users who keep their optimizer as it is::
+
+        ddp = torch.nn.parallel.DistributedDataParallel(model)   # gloo group
+        hook = pct.EagerHook(ddp, mode="solo")
+        ddp.register_comm_hook(hook, pct.eager_comm_hook)
+        ...                       # train as usual with any optimizer
+        hook.flush(optimizer)     # collective: pending gradients applied
+
+    DDP hands the gradients over bucket by bucket; the hook gathers them and,
+    at the last bucket, averages all of them in one partial allreduce over
+    MPI (fused in a fixed parameter order, so DDP rebuilding its buckets
+    after the first iteration changes nothing), then completes every
+    bucket's future.  ``mode``, ``sync_every``, ``comm`` and ``seed`` are as
+    for :class:`EagerOptimizer`; ``last_step`` and ``stats()`` too.
+    """
+
+    def __init__(self, model, mode="solo", sync_every=None, comm=None, seed=0):
+        module = getattr(model, "module", model)
+        if not isinstance(module, torch.nn.Module):
+            raise ScheduleError("EagerHook takes the DDP model (or its module)")
+        self._named = sorted((n, p) for n, p in module.named_parameters()
+                             if p.requires_grad)
+        if not self._named:
+            raise ScheduleError("the model has no parameter that requires a "
+                                "gradient")
+        self._index = {id(p): i for i, (_, p) in enumerate(self._named)}
+        templates = [(tuple(p.shape), _np_dtype(p, n)) for n, p in self._named]
+        self.averager = EagerAverager(templates, mode, sync_every, comm, None,
+                                      seed, [n for n, _ in self._named])
+        self.buckets = 0              # DDP buckets in the latest step
+        self._reset()
+
+    def _reset(self):
+        self._grads = [None] * len(self._named)
+        self._waiting = []            # (bucket buffer, layout, future)
+
+    def _layout(self, bucket):
+        out, off = [], 0
+        for p in bucket.parameters():
+            i = self._index.get(id(p))
+            if i is None:
+                raise ScheduleError("DDP handed the hook a parameter that "
+                                    "its model does not have")
+            out.append((i, off, p.numel()))
+            off += p.numel()
+        return out
+
+    def _on_bucket(self, bucket):
+        buf = bucket.buffer()
+        layout = self._layout(bucket)
+        flat = _host_view(buf)
+        for i, off, n in layout:
+            self._grads[i] = flat[off:off + n]
+        fut = torch.futures.Future()
+        self._waiting.append((buf, layout, fut))
+        if bucket.is_last():
+            self.buckets = len(self._waiting)
+            try:
+                averaged, _ = self.averager.reduce(self._grads)
+                for b, lay, f in self._waiting:
+                    with torch.no_grad():
+                        for i, off, n in lay:
+                            b[off:off + n].copy_(torch.from_numpy(
+                                averaged[i].reshape(-1)))
+                    f.set_result(b)
+            finally:
+                self._reset()
+        return fut
+
+    def flush(self, optimizer):
+        """Collective: average everything still pending and apply it with
+        one extra ``optimizer.step()`` (on every rank, or on none).
+        Returns the StepInfo or None."""
+        out = self.averager.flush()
+        if out is None:
+            return None
+        with torch.no_grad():
+            for (_, p), g in zip(self._named, out[0]):
+                t = torch.from_numpy(g)
+                if p.grad is None:
+                    p.grad = t.to(device=p.device, dtype=p.dtype, copy=True)
+                else:
+                    p.grad.copy_(t)
+        optimizer.step()
+        return out[1]
+
+    def close(self, optimizer):
+        """Collective: flush (applied with ``optimizer``), then free."""
+        info = self.flush(optimizer)
+        self.averager.close()
+        return info
+
+    @property
+    def last_step(self):
+        return self.averager.last
+
+    def stats(self):
+        return self.averager.stats()
+
+
+def eager_comm_hook(state, bucket):
+    """The function to register with ``ddp.register_comm_hook(state, ...)``;
+    ``state`` is an :class:`EagerHook`."""
+    return state._on_bucket(bucket)
