@@ -47,6 +47,17 @@ def _host_view(t):
     return t.numpy()
 
 
+@torch.no_grad()
+def _set_grads(named, averaged):
+    """Set each parameter's .grad to its averaged gradient (a host array)."""
+    for (_, p), g in zip(named, averaged):
+        t = torch.from_numpy(g)
+        if p.grad is None:
+            p.grad = t.to(device=p.device, dtype=p.dtype, copy=True)
+        else:
+            p.grad.copy_(t)
+
+
 class EagerOptimizer(torch.optim.Optimizer):
     """eager-SGD around ``optimizer`` (any ``torch.optim.Optimizer``).
 
@@ -112,14 +123,8 @@ class EagerOptimizer(torch.optim.Optimizer):
         self.param_groups = self.optimizer.param_groups
         self.state = self.optimizer.state
 
-    @torch.no_grad()
     def _apply(self, averaged):
-        for (_, p), g in zip(self._named, averaged):
-            t = torch.from_numpy(g)
-            if p.grad is None:
-                p.grad = t.to(device=p.device, dtype=p.dtype, copy=True)
-            else:
-                p.grad.copy_(t)
+        _set_grads(self._named, averaged)
         self.optimizer.step()
 
     def step(self, closure=None):
@@ -366,13 +371,7 @@ class EagerHook:
         out = self.averager.flush()
         if out is None:
             return None
-        with torch.no_grad():
-            for (_, p), g in zip(self._named, out[0]):
-                t = torch.from_numpy(g)
-                if p.grad is None:
-                    p.grad = t.to(device=p.device, dtype=p.dtype, copy=True)
-                else:
-                    p.grad.copy_(t)
+        _set_grads(self._named, out[0])
         optimizer.step()
         return out[1]
 
