@@ -267,7 +267,9 @@ def synchronize_model(model, comm=None):
 
     It first flushes every open :class:`EagerOptimizer` on the same ranks
     (in creation order), so pending gradients are applied and no rank is
-    left waiting inside a partial allreduce for this one.
+    left waiting inside a partial allreduce for this one.  An
+    :class:`EagerHook` needs the optimizer to apply what it flushes, so it
+    is not flushed here: call ``hook.flush(optimizer)`` first.
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     for opt in _live_optimizers(comm):
