@@ -50,6 +50,20 @@ def library_comm(comm):
         return lc
 
 
+def disagreements(comm, mine):
+    """Allgather the dict ``mine`` (collective).  Returns (everyone, the
+    keys whose values are not the same on every rank)."""
+    everyone = comm.allgather(mine)
+    bad = [k for k in mine if any(d.get(k) != mine[k] for d in everyone)]
+    return everyone, bad
+
+
+def per_rank(everyone, key):
+    """'key: rank 0=..., rank 1=...' for an error message."""
+    return f"{key}: " + ", ".join(f"rank {r}={d.get(key)!r}"
+                                  for r, d in enumerate(everyone))
+
+
 def dup(comm):
     """A private duplicate of ``comm`` (for persistent collective objects)."""
     c = comm.Dup()

@@ -19,21 +19,15 @@ import time
 
 from mpi4py import MPI
 
+from ..collectives.partial import _designated as draw_rank
 from ._common import progress
-
-
-def splitmix(seed, i):
-    z = (seed * 0x9E3779B97F4A7C15 + i + 1) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return z ^ (z >> 31)
 
 
 def one_random_rank(delay_s, seed, comm):
     """The paper's injection: at every step one rank, drawn at random (the
     same draw on every rank and for every mode), sleeps ``delay_s``."""
     P, rank = comm.size, comm.rank
-    return lambda s: delay_s if delay_s and splitmix(seed, s) % P == rank else 0.0
+    return lambda s: delay_s if delay_s and draw_rank(seed, s, P) == rank else 0.0
 
 
 def parse_mode(text):

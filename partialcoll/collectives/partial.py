@@ -132,12 +132,9 @@ class PartialAllreduce:
                 "quorum": self.quorum, "seed": self.seed,
                 "catch_up": self.catch_up, "sync_every": self.sync_every,
                 "algorithm": algorithm}
-        everyone = self.comm.allgather(mine)
-        bad = sorted({k for d in everyone for k in d if d[k] != everyone[0][k]})
+        everyone, bad = _comm.disagreements(self.comm, mine)
         if bad:
-            detail = "; ".join(f"{k}: " + ", ".join(
-                f"rank {r}={d[k]!r}" for r, d in enumerate(everyone))
-                for k in bad)
+            detail = "; ".join(_comm.per_rank(everyone, k) for k in bad)
             self._release_comms()
             raise ScheduleError(f"{type(self).__name__} created with different "
                                 f"arguments on different ranks ({detail})")

@@ -13,8 +13,6 @@ result is divided by the world size P (not by the number of active
 processes), so over a run every rank applies sum(all gradients) / P, exactly
 what synchronous SGD applies, only at different steps.
 """
-import weakref
-
 import numpy as np
 from mpi4py import MPI
 
@@ -58,17 +56,13 @@ class StepInfo:
 
 
 def check_mode(mode, size):
-    """Normalise ``mode``: "solo", "majority", "sync" or an int quorum."""
+    """Normalise ``mode``: "solo", "majority", "sync", "sync-mpi" or an int
+    quorum (also given as a string of digits)."""
     if isinstance(mode, str):
-        m = mode.lower()
-        if m in MODES:
-            return m
-        if m.isdigit():
-            mode = int(m)
-        else:
-            raise ScheduleError(f"mode must be 'solo', 'majority', 'sync', "
-                                f"'sync-mpi' or an integer quorum, not "
-                                f"{mode!r}")
+        if mode.lower() in MODES:
+            return mode.lower()
+        if mode.isdigit():
+            mode = int(mode)
     if isinstance(mode, (int, np.integer)) and not isinstance(mode, bool):
         if not 1 <= int(mode) <= size:
             raise ScheduleError(f"quorum mode must be between 1 and the "
@@ -79,7 +73,7 @@ def check_mode(mode, size):
 
 
 class _Bucket:
-    """A fused buffer for some of the gradients (all of one dtype)."""
+    """A fused buffer for some of the gradients, and its collective."""
 
     def __init__(self, dtype, members):
         self.dtype = np.dtype(dtype)
@@ -167,29 +161,21 @@ class EagerAverager:
         self.rounds = 0             # rounds applied (flushes included)
         self._active_sum = 0        # sum of NAP over steps
         self.last = None
-        self.owner = None           # weakref to the wrapping optimizer
         self._closed = False
         EagerAverager._created += 1
-        self._order = EagerAverager._created
-        _LIVE.add(self)
+        self._order = EagerAverager._created    # the same on every rank
 
     def _check_same_everywhere(self, comm, bucket_bytes, seed):
         mine = {"gradients": [(n, s, d.str) for n, (s, d) in
                               zip(self.names, self.specs)],
                 "mode": self.mode, "sync_every": self.sync_every,
                 "bucket_bytes": bucket_bytes, "seed": seed}
-        everyone = comm.allgather(mine)
-        bad = [k for k in mine if any(d[k] != mine[k] for d in everyone)]
+        everyone, bad = _comm.disagreements(comm, mine)
         if not bad:
             return
-        lines = []
-        for k in bad:
-            if k == "gradients":
-                lines.append(_describe_gradient_mismatch(
-                    [d[k] for d in everyone]))
-            else:
-                lines.append(f"{k}: " + ", ".join(
-                    f"rank {r}={d[k]!r}" for r, d in enumerate(everyone)))
+        lines = [_describe_gradient_mismatch([d[k] for d in everyone])
+                 if k == "gradients" else _comm.per_rank(everyone, k)
+                 for k in bad]
         raise ScheduleError("eager-SGD set up differently on different ranks: "
                             + "; ".join(lines))
 
@@ -298,21 +284,6 @@ class EagerAverager:
         self.close()
 
 
-_LIVE = weakref.WeakSet()
-
-
-def live_averagers(comm):
-    """Open averagers whose communicator has the same group as ``comm``, in
-    creation order (the same on every rank)."""
-    out = []
-    for a in list(_LIVE):
-        if a._closed:
-            continue
-        if MPI.Comm.Compare(a.comm, comm) in (MPI.IDENT, MPI.CONGRUENT):
-            out.append(a)
-    return sorted(out, key=lambda a: a._order)
-
-
 def _spec(t):
     if isinstance(t, tuple) and len(t) == 2 and not isinstance(t[0], np.ndarray):
         shape, dtype = t
@@ -381,3 +352,39 @@ def _describe_gradient_mismatch(per_rank):
 def _few(names):
     return ", ".join(names[:4]) + (f" and {len(names) - 4} more"
                                    if len(names) > 4 else "")
+
+
+class AveragerFront:
+    """What the optimizer wrappers share: ``flush``, ``close``,
+    ``last_step`` and ``stats`` over ``self.averager``; the wrapper's
+    ``_apply(averaged)`` applies averaged gradients with its optimizer."""
+
+    def flush(self):
+        """Collective: apply every gradient still pending on any rank, as
+        one extra optimizer step on every rank (on none when nothing is
+        pending anywhere).  Returns its StepInfo or None."""
+        return self._apply_result(self.averager.flush())
+
+    def close(self):
+        """Collective: flush (applied), then free the communication
+        resources.  Idempotent."""
+        if self.averager._closed:
+            return None
+        return self._apply_result(self.averager.close())
+
+    def _apply_result(self, out):
+        if out is None:
+            return None
+        self._apply(out[0])
+        return out[1]
+
+    @property
+    def last_step(self):
+        """The latest step's :class:`StepInfo` (None before the first):
+        ``active`` (processes with fresh gradients, NAP), ``included``
+        (this rank's gradient is in the update), ``rounds``."""
+        return self.averager.last
+
+    def stats(self):
+        """Counters: steps, included, rounds, mean_active (average NAP)."""
+        return self.averager.stats()

@@ -13,7 +13,7 @@ of them (or your own) in one line::
 import numpy as np
 
 from .._errors import ScheduleError
-from .core import EagerAverager
+from .core import AveragerFront, EagerAverager
 
 
 class SGD:
@@ -76,7 +76,7 @@ class Adam:
             p -= self.lr * mhat / (np.sqrt(vhat) + self.eps)
 
 
-class EagerOptimizer:
+class EagerOptimizer(AveragerFront):
     """Turn a NumPy optimizer into eager-SGD.
 
     ``step(grads)`` averages ``grads`` across ranks with a partial allreduce
@@ -85,7 +85,8 @@ class EagerOptimizer:
     result to the wrapped optimizer's ``step``.  A gradient that misses its
     round is carried into a later one and applied then: nothing is lost.
 
-    Creating, :meth:`flush` and :meth:`close` are collective.
+    Creating, ``flush()`` and ``close()`` are collective; ``last_step``
+    and ``stats()`` report (see :class:`~partialcoll.eager.core.AveragerFront`).
     """
 
     def __init__(self, optimizer, mode="solo", sync_every=None, comm=None,
@@ -102,37 +103,11 @@ class EagerOptimizer:
         """Average ``grads`` (one per parameter, None for none) and apply
         them.  Returns the step's :class:`~partialcoll.eager.core.StepInfo`."""
         avg, info = self.averager.reduce(grads)
-        self.optimizer.step(avg)
+        self._apply(avg)
         return info
 
-    def flush(self):
-        """Collective: apply every gradient still pending on any rank (one
-        extra optimizer step on every rank, or none anywhere if nothing is
-        pending).  Returns its StepInfo or None."""
-        out = self.averager.flush()
-        if out is None:
-            return None
-        self.optimizer.step(out[0])
-        return out[1]
-
-    def close(self):
-        """Collective: flush, apply, free.  Idempotent."""
-        if self.averager._closed:
-            return None
-        out = self.averager.close()
-        if out is not None:
-            self.optimizer.step(out[0])
-            return out[1]
-        return None
-
-    @property
-    def last_step(self):
-        """The latest step's StepInfo (None before the first step)."""
-        return self.averager.last
-
-    def stats(self):
-        """Counters: steps, included, rounds, mean_active (average NAP)."""
-        return self.averager.stats()
+    def _apply(self, averaged):
+        self.optimizer.step(averaged)
 
     def __enter__(self):
         return self

@@ -15,6 +15,7 @@ Gradients travel through a host buffer: CPU tensors are used in place;
 tensors on another device are copied to the host and back (correct, not
 fast; see the README's GPU section).
 """
+import collections
 import weakref
 
 import numpy as np
@@ -22,7 +23,7 @@ import torch
 from mpi4py import MPI
 
 from .._errors import ScheduleError
-from .core import EagerAverager, live_averagers
+from .core import AveragerFront, EagerAverager
 
 _NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32,
                  torch.float64: np.float64, torch.complex64: np.complex64,
@@ -58,7 +59,7 @@ def _set_grads(named, averaged):
             p.grad.copy_(t)
 
 
-class EagerOptimizer(torch.optim.Optimizer):
+class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     """eager-SGD around ``optimizer`` (any ``torch.optim.Optimizer``).
 
     Args:
@@ -106,7 +107,7 @@ class EagerOptimizer(torch.optim.Optimizer):
         self.averager = EagerAverager(templates, mode, sync_every, comm,
                                       bucket_bytes, seed,
                                       [n for n, _ in self._named])
-        self.averager.owner = weakref.ref(self)
+        _OPTIMIZERS.add(self)
         self._ready = True
 
     def add_param_group(self, param_group):
@@ -140,41 +141,9 @@ class EagerOptimizer(torch.optim.Optimizer):
         self._apply(averaged)
         return loss
 
-    def flush(self):
-        """Collective: apply every gradient still pending on any rank, as
-        one extra step of the wrapped optimizer on every rank (none on any
-        rank when nothing is pending).  Returns its StepInfo or None."""
-        out = self.averager.flush()
-        if out is None:
-            return None
-        self._apply(out[0])
-        return out[1]
-
-    def close(self):
-        """Collective: flush (applied), then free the communication
-        resources.  Idempotent."""
-        if self.averager._closed:
-            return None
-        out = self.averager.close()
-        if out is None:
-            return None
-        self._apply(out[0])
-        return out[1]
-
     @property
     def mode(self):
         return self.averager.mode
-
-    @property
-    def last_step(self):
-        """The latest step's :class:`~partialcoll.eager.core.StepInfo`:
-        ``active`` (processes with fresh gradients, NAP), ``included``
-        (this rank's gradient is in the update), ``rounds``."""
-        return self.averager.last
-
-    def stats(self):
-        """Counters: steps, included, rounds, mean_active (average NAP)."""
-        return self.averager.stats()
 
     def __repr__(self):
         return f"EagerOptimizer(mode={self.mode!r}, {self.optimizer!r})"
@@ -191,8 +160,8 @@ def _check_named(optimizer, named_parameters):
                     or not isinstance(item[1], torch.Tensor)):
                 raise ScheduleError("named_parameters must be (name, tensor) "
                                     "pairs, e.g. model.named_parameters()")
-        names = [n for n, _ in named]
-        dup = sorted({n for n in names if names.count(n) > 1})
+        counts = collections.Counter(n for n, _ in named)
+        dup = sorted(n for n, c in counts.items() if c > 1)
         if dup:
             raise ScheduleError(f"named_parameters repeats names: {dup[:4]}")
         ids = {id(p) for _, p in named}
@@ -203,7 +172,7 @@ def _check_named(optimizer, named_parameters):
                                 f"parameters (indices {missing[:4]})")
         opt_ids = {id(p) for p in opt_params}
         named = [(n, p) for n, p in named if id(p) in opt_ids]
-        named.sort(key=lambda np_: np_[0])
+        named.sort(key=lambda item: item[0])
     named = [(n, p) for n, p in named if p.requires_grad]
     if not named:
         raise ScheduleError("the optimizer has no parameter that requires "
@@ -289,9 +258,16 @@ def synchronize_model(model, comm=None):
                 t.copy_(torch.from_numpy(host))
 
 
+_OPTIMIZERS = weakref.WeakSet()
+
+
 def _live_optimizers(comm):
-    owners = [a.owner() if a.owner else None for a in live_averagers(comm)]
-    return [o for o in owners if isinstance(o, EagerOptimizer)]
+    """Open EagerOptimizers over the ranks of ``comm``, in creation order
+    (the same on every rank)."""
+    same = (MPI.IDENT, MPI.CONGRUENT)
+    live = [o for o in _OPTIMIZERS if not o.averager._closed
+            and MPI.Comm.Compare(o.averager.comm, comm) in same]
+    return sorted(live, key=lambda o: o.averager._order)
 
 
 # -- DistributedDataParallel ------------------------------------------------
@@ -317,8 +293,8 @@ class EagerHook:
         module = getattr(model, "module", model)
         if not isinstance(module, torch.nn.Module):
             raise ScheduleError("EagerHook takes the DDP model (or its module)")
-        self._named = sorted((n, p) for n, p in module.named_parameters()
-                             if p.requires_grad)
+        self._named = sorted(((n, p) for n, p in module.named_parameters()
+                              if p.requires_grad), key=lambda item: item[0])
         if not self._named:
             raise ScheduleError("the model has no parameter that requires a "
                                 "gradient")
