@@ -62,11 +62,12 @@ ext = Extension(
     "partialcoll._core",
     sources=[f"csrc/{f}" for f in ("pc_module.c", "pc_sched.c",
                                    "pc_engine.c", "pc_transport.c",
-                                   "pc_types.c")],
-    depends=["csrc/pc_sched.h"],
+                                   "pc_types.c", "pc_device.c")],
+    depends=["csrc/pc_sched.h", "csrc/pc_device.h"],
     extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-missing-braces",
                         "-D_GNU_SOURCE"],
     # site-packages/partialcoll -> <prefix>/lib, where the mpich wheel lives
+    libraries=["dl"],
     extra_link_args=["-pthread", "-Wl,-rpath,$ORIGIN/../../.."],
 )
 
@@ -93,6 +94,7 @@ setup(
         "test": ["pytest", "pytest-mpi", "matplotlib"],
         "bench": ["tqdm", "matplotlib"],
         "torch": ["torch"],
-        "cuda": ["cupy"],
+        # CuPy's binary wheels are per CUDA major version; pick yours
+        "cuda": ["cupy-cuda12x"],
     },
 )

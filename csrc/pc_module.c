@@ -6,11 +6,11 @@
 
 #include "pc_sched.h"
 
-static PyObject *exc_for_code[8];   /* set by partialcoll._errors */
+static PyObject *exc_for_code[PC_NCODES];   /* set by partialcoll._errors */
 
 static PyObject *raise_rc(int rc, const char *msg)
 {
-    PyObject *cls = (rc > 0 && rc < 8 && exc_for_code[rc]) ? exc_for_code[rc]
+    PyObject *cls = (rc > 0 && rc < PC_NCODES && exc_for_code[rc]) ? exc_for_code[rc]
                                                            : PyExc_RuntimeError;
     PyErr_SetString(cls, msg && *msg ? msg : "partialcoll error");
     return NULL;
@@ -138,7 +138,7 @@ static int bind_slot(SchedObject *self, int slot, PyObject *obj, int writable)
         PyBuffer_Release(&self->views[slot]);
     self->views[slot] = view;
     self->has_view[slot] = 1;
-    pc_sched_bind(self->s, slot, view.buf, view.len, writable);
+    pc_sched_bind(self->s, slot, view.buf, view.len, writable, PC_HOST);
     return 0;
 }
 
@@ -156,6 +156,55 @@ static PyObject *sched_bind(SchedObject *self, PyObject *args)
         return raise_rc(PC_EBUSY, "cannot rebind buffers while a round runs");
     if (bind_slot(self, slot, obj, writable) < 0)
         return NULL;
+    Py_RETURN_NONE;
+}
+
+/* bind_ptr(slot, address, nbytes, writable, space): bind raw memory (device
+ * memory, or pinned host memory); the caller keeps its owner alive. */
+static PyObject *sched_bind_ptr(SchedObject *self, PyObject *args)
+{
+    int slot, writable, space;
+    unsigned long long ptr;
+    long long nbytes;
+    if (!PyArg_ParseTuple(args, "iKLpi", &slot, &ptr, &nbytes, &writable,
+                          &space) || check_open(self))
+        return NULL;
+    if (slot < 0 || slot >= self->nslots)
+        return raise_rc(PC_EINVAL, "buffer slot out of range");
+    if (nbytes < 0 || (space != PC_HOST && space != PC_DEVICE))
+        return raise_rc(PC_EINVAL, "bad size or memory space");
+    if (!pc_sched_idle(self->s))
+        return raise_rc(PC_EBUSY, "cannot rebind buffers while a round runs");
+    if (self->has_view[slot]) {
+        PyBuffer_Release(&self->views[slot]);
+        self->has_view[slot] = 0;
+    }
+    pc_sched_bind(self->s, slot, (void *)(uintptr_t)ptr, nbytes, writable,
+                  space);
+    Py_RETURN_NONE;
+}
+
+/* set_device(backend, ctx, stream, kernels): the schedule's device queue;
+ * kernels are int64 CUfunction handles indexed [dtype * NREDOPS + redop]. */
+static PyObject *sched_set_device(SchedObject *self, PyObject *args)
+{
+    int backend;
+    unsigned long long ctx, stream;
+    Py_buffer kernels;
+    char err[256] = "";
+    if (!PyArg_ParseTuple(args, "iKKy*", &backend, &ctx, &stream, &kernels))
+        return NULL;
+    if (check_open(self)) {
+        PyBuffer_Release(&kernels);
+        return NULL;
+    }
+    int rc = pc_sched_set_device(self->s, backend, (void *)(uintptr_t)ctx,
+                                 (void *)(uintptr_t)stream,
+                                 (const int64_t *)kernels.buf,
+                                 (int)(kernels.len / 8), err, sizeof err);
+    PyBuffer_Release(&kernels);
+    if (rc != PC_OK)
+        return raise_rc(rc, err);
     Py_RETURN_NONE;
 }
 
@@ -360,6 +409,19 @@ static PyObject *sched_get_stats(SchedObject *self, void *c)
                          (unsigned long long)atomic_load(&self->s->foreign));
 }
 
+static PyObject *sched_get_device_stats(SchedObject *self, void *c)
+{
+    (void)c;
+    if (check_open(self))
+        return NULL;
+    pc_devq *q = &self->s->dq;
+    return Py_BuildValue("{sKsKsKsKsK}", "h2d", (unsigned long long)q->h2d,
+                         "d2h", (unsigned long long)q->d2h,
+                         "d2d", (unsigned long long)q->d2d,
+                         "h2h", (unsigned long long)q->h2h,
+                         "reductions", (unsigned long long)q->reductions);
+}
+
 static PyObject *sched_get_busy(SchedObject *self, void *c)
 {
     (void)c;
@@ -382,6 +444,10 @@ static PyObject *sched_get_freed(SchedObject *self, void *c)
 static PyMethodDef sched_methods[] = {
     {"bind", (PyCFunction)sched_bind, METH_VARARGS, "bind(slot, obj, writable)"},
     {"post", (PyCFunction)sched_post, METH_NOARGS, "post() -> round count"},
+    {"bind_ptr", (PyCFunction)sched_bind_ptr, METH_VARARGS,
+     "bind_ptr(slot, address, nbytes, writable, space)"},
+    {"set_device", (PyCFunction)sched_set_device, METH_VARARGS,
+     "set_device(backend, ctx, stream, kernels)"},
     {"set_tag_base", (PyCFunction)sched_set_tag_base, METH_VARARGS,
      "set_tag_base(base)"},
     {"fire", (PyCFunction)sched_fire, METH_VARARGS, "fire(op, round=-1)"},
@@ -397,6 +463,8 @@ static PyGetSetDef sched_getset[] = {
     {"done", (getter)sched_get_done, NULL, "rounds completed", NULL},
     {"posted", (getter)sched_get_posted, NULL, "rounds posted", NULL},
     {"stats", (getter)sched_get_stats, NULL, "discarded inputs", NULL},
+    {"device_stats", (getter)sched_get_device_stats, NULL,
+     "bytes copied by direction, device reductions queued", NULL},
     {"freed", (getter)sched_get_freed, NULL, "freed?", NULL},
     {"busy", (getter)sched_get_busy, NULL,
      "a round is in flight or about to start (one progress sweep first)",
@@ -418,7 +486,7 @@ static PyTypeObject SchedType = {
 static PyObject *mod_set_exceptions(PyObject *m, PyObject *mapping)
 {
     (void)m;
-    for (int i = 1; i < 8; i++) {
+    for (int i = 1; i < PC_NCODES; i++) {
         PyObject *k = PyLong_FromLong(i);
         PyObject *v = PyDict_GetItemWithError(mapping, k);
         Py_DECREF(k);
@@ -447,6 +515,24 @@ static PyObject *mod_thread_cputime(PyObject *m, PyObject *unused)
     return PyFloat_FromDouble(pc_engine_thread_cputime());
 }
 
+static PyObject *mod_cuda_context(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    void *ctx = NULL;
+    char err[256] = "";
+    if (pc_cuda_current_context(&ctx, err, sizeof err) < 0)
+        return raise_rc(PC_EDEVICE, err);
+    return PyLong_FromUnsignedLongLong((uintptr_t)ctx);
+}
+
+static PyObject *mod_mpi_cuda_aware(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return PyLong_FromLong(pc_mpi_cuda_aware());
+}
+
 static PyObject *mod_constants(PyObject *m, PyObject *unused)
 {
     (void)m;
@@ -458,7 +544,11 @@ static PyObject *mod_constants(PyObject *m, PyObject *unused)
     SETI(d, "NOP", PC_NOP); SETI(d, "TRIGGER", PC_TRIGGER);
     SETI(d, "SEND", PC_SEND); SETI(d, "RECV", PC_RECV);
     SETI(d, "REDUCE", PC_REDUCE); SETI(d, "COPY", PC_COPY);
-    SETI(d, "CALLBACK", PC_CALLBACK);
+    SETI(d, "CALLBACK", PC_CALLBACK); SETI(d, "FENCE", PC_FENCE);
+    SETI(d, "HOST", PC_HOST); SETI(d, "DEVICE", PC_DEVICE);
+    SETI(d, "DEV_EMULATE", PC_DEV_EMULATE); SETI(d, "DEV_CUDA", PC_DEV_CUDA);
+    SETI(d, "EDEVICE", PC_EDEVICE); SETI(d, "NREDOPS", PC_NREDOPS);
+    SETI(d, "NDTYPES", PC_NDTYPES);
     SETI(d, "ALL", PC_ALL); SETI(d, "ANY", PC_ANY);
     SETI(d, "ATLEAST", PC_ATLEAST); SETI(d, "F_LOCKED", PC_F_LOCKED);
     SETI(d, "F_OPTIONAL", PC_F_OPTIONAL); SETI(d, "F_STAMPED", PC_F_STAMPED);
@@ -499,6 +589,10 @@ static PyMethodDef mod_methods[] = {
     {"thread_cputime", mod_thread_cputime, METH_NOARGS,
      "CPU seconds used by the progress thread"},
     {"constants", mod_constants, METH_NOARGS, "constants of the C core"},
+    {"cuda_context", mod_cuda_context, METH_NOARGS,
+     "the calling thread's current CUcontext (loads libcuda.so.1)"},
+    {"mpi_cuda_aware", mod_mpi_cuda_aware, METH_NOARGS,
+     "1/0 from MPIX_Query_cuda_support, -1 when MPI lacks it"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_core",

@@ -212,13 +212,33 @@ out:
     return rc;
 }
 
-int pc_sched_bind(pc_sched *s, int slot, void *ptr, int64_t len, int writable)
+int pc_sched_bind(pc_sched *s, int slot, void *ptr, int64_t len, int writable,
+                  int space)
 {
-    if (slot < 0 || slot >= s->nslots)
+    if (slot < 0 || slot >= s->nslots || (space != PC_HOST &&
+                                          space != PC_DEVICE))
         return PC_EINVAL;
     if (!pc_sched_idle(s))
         return PC_EBUSY;
-    s->slots[slot] = (pc_slot){ptr, len, writable, 1};
+    s->slots[slot] = (pc_slot){ptr, len, writable, 1, space};
+    return PC_OK;
+}
+
+int pc_sched_set_device(pc_sched *s, int backend, void *ctx, void *stream,
+                        const int64_t *kernels, int nkernels, char *err,
+                        size_t errlen)
+{
+    if (!pc_sched_idle(s)) {
+        snprintf(err, errlen, "cannot change the device queue while a round "
+                 "runs");
+        return PC_EBUSY;
+    }
+    if (pc_devq_init(&s->dq, backend, ctx, stream, kernels, nkernels) < 0) {
+        snprintf(err, errlen, "%s", s->dq.err);
+        s->has_devq = 0;
+        return PC_EDEVICE;
+    }
+    s->has_devq = 1;
     return PC_OK;
 }
 
@@ -265,6 +285,18 @@ int pc_sched_check_buffers(pc_sched *s, char *err, size_t errlen)
                          "too small", i, op->bslot);
                 return PC_EINVAL;
             }
+            if (op->kind == PC_REDUCE && a->space != b->space) {
+                snprintf(err, errlen, "op %d: a reduction cannot mix host and "
+                         "device memory (slots %d and %d)", i, op->aslot,
+                         op->bslot);
+                return PC_EINVAL;
+            }
+            if ((a->space == PC_DEVICE || b->space == PC_DEVICE) &&
+                !s->has_devq) {
+                snprintf(err, errlen, "op %d: device memory in a schedule "
+                         "with no device queue", i);
+                return PC_EINVAL;
+            }
         }
     }
     return PC_OK;
@@ -289,6 +321,35 @@ static void set_error(pc_sched *s, int code, const char *what, int mpirc)
     snprintf(s->errmsg, sizeof(s->errmsg), "%s (round %llu): %s", what,
              (unsigned long long)s->round, mpimsg);
     atomic_store(&s->error, code); /* publish only once the message is there */
+}
+
+static void set_device_error(pc_sched *s, const char *what)
+{
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&s->error_claimed, &expected, 1))
+        return;
+    snprintf(s->errmsg, sizeof(s->errmsg), "%s (round %llu): %s", what,
+             (unsigned long long)s->round, s->dq.err);
+    atomic_store(&s->error, PC_EDEVICE);
+}
+
+static int add_dev(pc_sched *s, int op, uintptr_t ev)
+{
+    if (s->ndev == s->capdev) {
+        int cap = s->capdev ? 2 * s->capdev : 16;
+        int *o = realloc(s->dev_op, (size_t)cap * sizeof(int));
+        if (o)
+            s->dev_op = o;
+        uintptr_t *e = realloc(s->dev_ev, (size_t)cap * sizeof(uintptr_t));
+        if (e)
+            s->dev_ev = e;
+        if (!o || !e)
+            return PC_ENOMEM;
+        s->capdev = cap;
+    }
+    s->dev_op[s->ndev] = op;
+    s->dev_ev[s->ndev++] = ev;
+    return PC_OK;
 }
 
 static int add_req(pc_sched *s, int op, MPI_Request req)
@@ -322,7 +383,8 @@ static void complete(pc_sched *s, int i)
     s->touched = 1;
     if (!(op->flags & PC_F_OPTIONAL))
         s->required_left--;
-    for (int k = 0; k < op->nsucc; k++) {
+    /* pushed last to first so that they start in index order */
+    for (int k = op->nsucc - 1; k >= 0; k--) {
         pc_op *n = &s->ops[op->succ[k]];
         n->ndone++;
         /* an ANY op fires on its first input; later inputs of the same round
@@ -341,13 +403,60 @@ static void *addr(pc_sched *s, int slot, int64_t off)
     return (char *)s->slots[slot].ptr + off;
 }
 
+static int is_device_op(pc_sched *s, pc_op *op)
+{
+    return (op->kind == PC_COPY || op->kind == PC_REDUCE) &&
+           (s->slots[op->aslot].space == PC_DEVICE ||
+            s->slots[op->bslot].space == PC_DEVICE);
+}
+
+static void complete(pc_sched *s, int i);
+
+/* Queue a device op (or a fence) and put it in flight; a LOCKED one is run
+ * to completion here, inside the caller's hold of the data lock. */
+static int start_device(pc_sched *s, int i)
+{
+    pc_op *op = &s->ops[i];
+    uintptr_t ev = 0;
+    int rc = 0;
+    if (op->kind == PC_COPY && op->count)
+        rc = pc_dev_copy(&s->dq, addr(s, op->aslot, op->aoff),
+                         s->slots[op->aslot].space,
+                         addr(s, op->bslot, op->boff),
+                         s->slots[op->bslot].space,
+                         (size_t)(op->count * pc_dtypes[op->dtype].size));
+    else if (op->kind == PC_REDUCE && op->count)
+        rc = pc_dev_reduce(&s->dq, addr(s, op->aslot, op->aoff),
+                           addr(s, op->bslot, op->boff), op->count, op->dtype,
+                           op->redop);
+    if (rc == 0)
+        rc = pc_dev_record(&s->dq, &ev);
+    if (rc == 0 && (op->flags & PC_F_LOCKED)) {
+        rc = pc_dev_sync(&s->dq, ev);
+        if (rc == 0) {
+            complete(s, i);
+            return PC_OK;
+        }
+    }
+    if (rc != 0) {
+        set_device_error(s, op->kind == PC_REDUCE ? "device reduction failed"
+                                                  : "device copy failed");
+        return PC_EDEVICE;
+    }
+    s->inflight++;
+    return add_dev(s, i, ev);
+}
+
 static int start(pc_sched *s, int i)
 {
     pc_op *op = &s->ops[i];
     MPI_Request req;
     int rc;
+    if (op->kind == PC_FENCE ? s->has_devq : is_device_op(s, op))
+        return start_device(s, i);
     switch (op->kind) {
     case PC_NOP:
+    case PC_FENCE:
         complete(s, i);
         return PC_OK;
     case PC_SEND:
@@ -464,7 +573,8 @@ static void arm(pc_sched *s)
         if (!(op->flags & PC_F_OPTIONAL))
             s->required_left++;
     }
-    for (int i = 0; i < s->nops; i++) {
+    /* pushed last to first so that they start in index order */
+    for (int i = s->nops - 1; i >= 0; i--) {
         pc_op *op = &s->ops[i];
         int stamped_recv = op->kind == PC_RECV && (op->flags & PC_F_STAMPED);
         if (op->ndeps == 0 && op->kind != PC_TRIGGER && !stamped_recv) {
@@ -570,6 +680,32 @@ static int test_requests(pc_sched *s)
     return outcount;
 }
 
+/* Complete device ops whose work has run, in queue order, starting what
+ * each one readies before looking at the next. */
+static int test_device(pc_sched *s)
+{
+    int n = 0;
+    while (s->ndev > 0) {
+        int r = pc_dev_query(&s->dq, s->dev_ev[0]);
+        if (r < 0) {
+            set_device_error(s, "device work failed");
+            return -1;
+        }
+        if (r == 0)
+            break;
+        int i = s->dev_op[0];
+        s->ndev--;
+        memmove(s->dev_op, s->dev_op + 1, (size_t)s->ndev * sizeof(int));
+        memmove(s->dev_ev, s->dev_ev + 1, (size_t)s->ndev * sizeof(uintptr_t));
+        s->inflight--;
+        complete(s, i);
+        n++;
+        if (run_ready(s) < 0)
+            return -1;
+    }
+    return n;
+}
+
 /* One step of progress.  Returns >0 when anything happened, 0 when nothing
  * did, <0 on error (recorded in s->error). */
 int pc_sched_progress(pc_sched *s)
@@ -599,6 +735,9 @@ int pc_sched_progress(pc_sched *s)
             return -1;
         n += r;
         if ((r = test_requests(s)) < 0)
+            return -1;
+        n += r;
+        if (s->ndev && (r = test_device(s)) < 0)
             return -1;
         n += r;
         if ((r = run_ready(s)) < 0)
@@ -642,6 +781,11 @@ void pc_sched_cancel_all(pc_sched *s)
     for (int k = 0; k < s->nreq; k++)
         s->tp->cancel(&s->reqs[k]);
     s->nreq = 0;
+    /* queued device work cannot be cancelled: let it finish, so that no
+     * kernel still writes to memory the application may free */
+    for (int k = 0; k < s->ndev; k++)
+        pc_dev_sync(&s->dq, s->dev_ev[k]);
+    s->ndev = 0;
     s->inflight = 0;
     s->armed = 0;
 }
@@ -663,6 +807,11 @@ void pc_sched_destroy(pc_sched *s)
     free(s->indices);
     free(s->sfire_round);
     free(s->sfire_op);
+    for (int k = 0; k < s->ndev; k++)
+        pc_dev_sync(&s->dq, s->dev_ev[k]);
+    free(s->dev_op);
+    free(s->dev_ev);
+    pc_devq_fini(&s->dq);
     pthread_mutex_destroy(&s->fire_mtx);
     pthread_mutex_destroy(&s->data_mtx);
     free(s);

@@ -13,7 +13,22 @@
  *   RECV     transport irecv into buffer a.
  *   REDUCE   a[i] = a[i] <redop> b[i], elementwise, on the executing thread.
  *   COPY     a[i] = b[i].
- *   CALLBACK reserved (a Python callable for GPU kernels); rejected today.
+ *   CALLBACK reserved (a Python callable); rejected today.
+ *   FENCE    completes once all device work queued before it has run
+ *            (at once in a schedule without device buffers).
+ *
+ * Device memory (pc_device.h): a slot bound to device memory makes REDUCE
+ * and COPY ops on it device ops, queued on the schedule's device queue and
+ * in flight until they have really run.  SEND/RECV hand the device pointer
+ * to MPI (a CUDA-aware MPI); builders for other MPIs stage through host
+ * slots with COPY ops instead.
+ *
+ * Start order: ops that become ready together (at arming, or on one
+ * completion) start in index order, and device ops complete in queue order
+ * with their successors started before the next completion is seen.  So
+ * builders may split a message into pieces with the same peer and tag:
+ * receives and sends are posted piece by piece in the same order on both
+ * sides, and MPI's non-overtaking rule matches them.
  *
  * Dependencies
  *   Each op lists its predecessors and a mode: ALL (fires when every
@@ -76,6 +91,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pc_device.h"
+
 /* ---- error codes (mapped to Python exceptions by partialcoll/_errors.py) */
 enum {
     PC_OK = 0,
@@ -86,10 +103,13 @@ enum {
     PC_ENOMEM = 5,
     PC_EFREED = 6,     /* schedule used after free */
     PC_ETHREAD = 7,    /* MPI not initialised with MPI_THREAD_MULTIPLE */
+    PC_EDEVICE = 8,    /* the device (CUDA) reported an error */
+    PC_NCODES = 9,
 };
 
 enum { PC_NOP = 0, PC_TRIGGER = 1, PC_SEND = 2, PC_RECV = 3,
-       PC_REDUCE = 4, PC_COPY = 5, PC_CALLBACK = 6, PC_NKINDS = 7 };
+       PC_REDUCE = 4, PC_COPY = 5, PC_CALLBACK = 6, PC_FENCE = 7,
+       PC_NKINDS = 8 };
 enum { PC_ALL = 0, PC_ANY = 1, PC_ATLEAST = 2 };
 enum { PC_F_OPTIONAL = 1, PC_F_STAMPED = 2, PC_F_LOCKED = 4 };
 
@@ -137,6 +157,7 @@ typedef struct {
     int64_t len;       /* bytes */
     int writable;
     int bound;
+    int space;         /* PC_HOST or PC_DEVICE */
 } pc_slot;
 
 typedef struct pc_op {
@@ -196,6 +217,12 @@ struct pc_sched {
     int *triggers; int ntriggers;
     int *indices;                 /* scratch for testsome */
     int has_stamped_recv, stamped_posted;
+    /* device ops in flight, in queue order (they complete in that order) */
+    pc_devq dq;
+    int has_devq;
+    int ndev, capdev;
+    int *dev_op;
+    uintptr_t *dev_ev;
     pc_sched *next;               /* engine active list */
 };
 
@@ -204,7 +231,11 @@ int pc_sched_create(const int64_t *desc, int nops, const int64_t *deps,
                     int64_t ndeps, int nslots, MPI_Comm comm, int persistent,
                     uint64_t stamp_id, pc_sched **out, char *err,
                     size_t errlen);
-int pc_sched_bind(pc_sched *s, int slot, void *ptr, int64_t len, int writable);
+int pc_sched_bind(pc_sched *s, int slot, void *ptr, int64_t len, int writable,
+                  int space);
+int pc_sched_set_device(pc_sched *s, int backend, void *ctx, void *stream,
+                        const int64_t *kernels, int nkernels, char *err,
+                        size_t errlen);
 int pc_sched_set_tag_base(pc_sched *s, int base);
 int pc_sched_check_buffers(pc_sched *s, char *err, size_t errlen);
 int pc_sched_progress(pc_sched *s);            /* progress lock held */

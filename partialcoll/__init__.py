@@ -10,6 +10,7 @@ Quick start (``mpiexec -n 4 python prog.py``)::
     import partialcoll as pc
     total = pc.allreduce(np.ones(10))          # like comm.Allreduce
     req = pc.iallreduce(np.ones(10)); total = req.wait()
+    total = pc.allreduce(cupy.ones(10))        # GPU buffers (CuPy)
 """
 # mpi4py.MPI first: it initialises MPI (MPI_THREAD_MULTIPLE by default; a
 # lower level is refused with ThreadLevelError on first use) and loads the
@@ -17,11 +18,12 @@ Quick start (``mpiexec -n 4 python prog.py``)::
 from mpi4py import MPI  # noqa: F401
 
 from . import _core  # noqa: E402
-from ._errors import (PartialcollError, ScheduleBusyError,  # noqa: E402
-                      ScheduleError, ScheduleFreedError, ThreadLevelError,
+from ._errors import (DeviceError, PartialcollError,  # noqa: E402
+                      ScheduleBusyError, ScheduleError, ScheduleFreedError, ThreadLevelError,
                       TransportError, WaitTimeout)
 from .ops import OPS as _OPS, Op, as_op  # noqa: E402
 from .schedule import ALL, ANY, Request, Schedule, Slot  # noqa: E402
+from ._device import gpu_path, set_gpu_path  # noqa: E402
 
 SUM, PROD, MIN, MAX = _OPS["SUM"], _OPS["PROD"], _OPS["MIN"], _OPS["MAX"]
 LAND, LOR, LXOR = _OPS["LAND"], _OPS["LOR"], _OPS["LXOR"]
@@ -49,4 +51,5 @@ __all__ = ["Schedule", "Slot", "Request", "ALL", "ANY", "Op", "as_op",
            "ThreadLevelError", "TransportError", "WaitTimeout",
            "progress_thread_cputime", "SoloAllreduce", "MajorityAllreduce",
            "QuorumAllreduce", "PartialAllreduce", "PartialResult",
-           "solo_allreduce", "majority_allreduce", "quorum_allreduce"]
+           "solo_allreduce", "majority_allreduce", "quorum_allreduce",
+           "DeviceError", "gpu_path", "set_gpu_path"]

@@ -8,6 +8,10 @@ ALLREDUCE_THRESHOLD = "PARTIALCOLL_ALLREDUCE_THRESHOLD"
 #: longest sleep (microseconds) of a polling progress thread (default 100);
 #: read by the C core
 POLL_MAX_US = "PARTIALCOLL_POLL_MAX_US"
+#: how device buffers reach MPI: "auto" (ask MPI), "cuda-aware", "staged"
+GPU_PATH = "PARTIALCOLL_GPU_PATH"
+#: staged device messages are copied in pieces of this many bytes (1 MiB)
+GPU_CHUNK_BYTES = "PARTIALCOLL_GPU_CHUNK_BYTES"
 
 
 def get(name, default=None, cast=str):

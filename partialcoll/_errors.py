@@ -7,6 +7,7 @@ PartialcollError
     ThreadLevelError                    MPI below MPI_THREAD_MULTIPLE
     TransportError (also RuntimeError)  MPI failed on the progress thread
     WaitTimeout (also TimeoutError)     wait(timeout=...) ran out
+    DeviceError (also RuntimeError)     CUDA failed, or no usable GPU
 """
 from . import _core
 
@@ -39,6 +40,10 @@ class WaitTimeout(PartialcollError, TimeoutError):
     """A wait() with a timeout expired before the round completed."""
 
 
+class DeviceError(PartialcollError, RuntimeError):
+    """The GPU (CUDA) reported an error, or device buffers cannot be used."""
+
+
 _C = _core.constants()
 _core.set_exceptions({
     _C["EINVAL"]: ScheduleError,
@@ -48,6 +53,7 @@ _core.set_exceptions({
     _C["ENOMEM"]: MemoryError,
     _C["EFREED"]: ScheduleFreedError,
     _C["ETHREAD"]: ThreadLevelError,
+    _C["EDEVICE"]: DeviceError,
 })
 
 

@@ -20,6 +20,12 @@ application triggers) executed in *rounds* by the C progress thread; see
   chain of such ops inside one hold; ``with sched.data_lock():`` takes the
   same lock, so the application can deposit into or read from buffers the
   schedule touches while it runs.
+* Device buffers (CuPy arrays): reduce and copy ops on them run on the GPU,
+  on the schedule's own stream, which waits for the caller's stream at every
+  post.  Sends and receives of device memory go to a CUDA-aware MPI
+  directly, or are staged through pinned host memory by copy ops the
+  schedule adds itself (see :mod:`partialcoll._device`).  ``fence()``
+  completes once the device work queued before it has run.
 
 Example (two ranks exchange and sum a vector)::
 
@@ -41,6 +47,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _core
+from . import _device
 from ._errors import ScheduleError, ScheduleFreedError, require_thread_multiple
 from .ops import OPS, as_op, check_op_dtype, dtype_code
 
@@ -48,17 +55,23 @@ SUM = OPS["SUM"]
 
 _C = _core.constants()
 ALL, ANY, ATLEAST = _C["ALL"], _C["ANY"], _C["ATLEAST"]
+HOST, DEVICE = _C["HOST"], _C["DEVICE"]
 _KIND_NAMES = {_C[k]: k.lower() for k in
-               ("NOP", "TRIGGER", "SEND", "RECV", "REDUCE", "COPY")}
+               ("NOP", "TRIGGER", "SEND", "RECV", "REDUCE", "COPY", "FENCE")}
 _LIVE = weakref.WeakSet()          # every committed schedule, freed at exit
 
 
 class Slot:
     """A named buffer of a schedule.  ``slot[a:b]`` selects elements."""
 
-    def __init__(self, index, dtype, size, writable, name):
+    def __init__(self, index, dtype, size, writable, name, space=HOST):
         self.index, self.dtype, self.size = index, np.dtype(dtype), size
-        self.writable, self.name = writable, name
+        self.writable, self.name, self.space = writable, name, space
+
+    @property
+    def device(self):
+        """True when the slot holds device (GPU) memory."""
+        return self.space == DEVICE
 
     def __getitem__(self, key):
         if not isinstance(key, slice) or key.step not in (None, 1):
@@ -67,7 +80,8 @@ class Slot:
         return BufRef(self, start, max(stop - start, 0))
 
     def __repr__(self):
-        return f"<Slot {self.name} {self.dtype}[{self.size}]>"
+        where = " (device)" if self.device else ""
+        return f"<Slot {self.name} {self.dtype}[{self.size}]{where}>"
 
 
 class BufRef:
@@ -131,27 +145,63 @@ class Schedule:
         self._arrays = {}       # slot index -> array bound at build time
         self._sched = None
         self._freed = False
+        self._backend = self._device_id = self._path = self._stream = None
+        self._shadows = {}      # device slot index -> its pinned host Slot
 
     # -- building -------------------------------------------------------
     def buffer(self, array=None, *, dtype=None, size=None, writable=None,
-               name=None):
-        """Declare a buffer slot, optionally binding ``array`` to it now."""
+               name=None, device=False):
+        """Declare a buffer slot, optionally binding ``array`` to it now.
+
+        A device array (CuPy) makes it a device slot; ``device=True`` declares
+        an unbound device slot on the device of the schedule's other device
+        buffers."""
         self._check_building()
+        space = DEVICE if device else HOST
         if array is not None:
-            arr = np.asarray(array) if not isinstance(array, np.ndarray) else array
+            backend = _device.backend_of(array)
+            if backend is not None:
+                arr = _device.flat(backend, array)
+                self.use_device(backend, backend.device_id(array))
+                space = DEVICE
+            else:
+                arr = np.asarray(array) if not isinstance(array, np.ndarray) \
+                    else array
+                if device:
+                    raise ScheduleError("device=True needs a device array")
             dtype, size = arr.dtype, arr.size
             if writable is None:
-                writable = arr.flags.writeable
+                writable = bool(getattr(arr.flags, "writeable", True))
         if dtype is None or size is None:
             raise ScheduleError("buffer() needs an array or dtype= and size=")
+        if space == DEVICE and self._backend is None:
+            raise ScheduleError("device=True: the schedule has no device yet "
+                                "(bind a device array first or call "
+                                "use_device())")
         dtype_code(dtype)
         slot = Slot(len(self._slots), dtype, int(size),
                     True if writable is None else bool(writable),
-                    name or f"b{len(self._slots)}")
+                    name or f"b{len(self._slots)}", space)
         self._slots.append(slot)
         if array is not None:
             self._arrays[slot.index] = array
         return slot
+
+    def use_device(self, backend, device_id):
+        """Tie the schedule to one device (done by the first device buffer).
+        Fixes how its device messages reach MPI (:func:`gpu_path`)."""
+        self._check_building()
+        if self._backend is None:
+            self._backend, self._device_id = backend, device_id
+            self._path, self._chunk = _device.gpu_path(), _device.chunk_bytes()
+        elif (backend, device_id) != (self._backend, self._device_id):
+            raise ScheduleError("a schedule's device buffers must all be on "
+                                "one device")
+
+    @property
+    def gpu_path(self):
+        """``"cuda-aware"`` or ``"staged"`` (None without device buffers)."""
+        return self._path
 
     def _add(self, kind, after=(), mode=ALL, optional=False, stamped=False,
              a=None, b=None, op=None, peer=-1, tag=0, priority=0, need=None,
@@ -175,6 +225,9 @@ class Schedule:
             raise ScheduleError(f"{a} and {b} have different lengths")
         if a is not None and b is not None and a.slot.dtype != b.slot.dtype:
             raise ScheduleError(f"{a} and {b} have different dtypes")
+        if kind == _C["REDUCE"] and a.slot.space != b.slot.space:
+            raise ScheduleError(f"a reduction cannot mix host and device "
+                                f"buffers ({a} and {b})")
         self._ops.append(dict(kind=kind, deps=[int(d) for d in deps], mode=mode,
                               optional=optional, stamped=stamped, a=a, b=b,
                               op=op, peer=int(peer), tag=int(tag),
@@ -199,6 +252,9 @@ class Schedule:
         ``stamped=True`` sends no data, only the round number (activation
         messages)."""
         a = None if stamped else _ref(buf)
+        if a is not None and a.slot.device and self._path == "staged":
+            return self._staged(a, True, peer, tag, after, mode, optional,
+                                priority)
         return self._add(_C["SEND"], after, mode, optional, stamped, a=a,
                          peer=peer, tag=tag, priority=priority)
 
@@ -211,8 +267,43 @@ class Schedule:
             raise ScheduleError("a stamped receive cannot have dependencies")
         if a is not None and not a.slot.writable:
             raise ScheduleError(f"receive buffer {a} is read-only")
+        if a is not None and a.slot.device and self._path == "staged":
+            return self._staged(a, False, peer, tag, after, mode, optional,
+                                priority)
         return self._add(_C["RECV"], after, mode, optional, stamped, a=a,
                          peer=peer, tag=tag, priority=priority)
+
+    def _staged(self, ref, sending, peer, tag, after, mode, optional,
+                priority):
+        """A device message through pinned host memory: the slot's host
+        mirror takes the same element range.  Cut into pieces, each copied
+        (device -> host, then sent; or received, then host -> device) on its
+        own, so copying one piece overlaps moving another.  The pieces share
+        peer and tag: the executor posts them in order on both sides.
+        Returns the op that completes the whole message."""
+        host = self._shadows.get(ref.slot.index)
+        if host is None:
+            host = Slot(len(self._slots), ref.slot.dtype, ref.slot.size, True,
+                        f"{ref.slot.name}@host")
+            self._slots.append(host)
+            self._shadows[ref.slot.index] = host
+        step = max(1, self._chunk // ref.slot.dtype.itemsize)
+        ends = []
+        for lo in range(ref.start, ref.start + max(ref.count, 1), step):
+            n = min(step, ref.start + ref.count - lo)
+            dev, hst = BufRef(ref.slot, lo, n), BufRef(host, lo, n)
+            if sending:
+                c = self._add(_C["COPY"], after, mode, optional, a=hst, b=dev)
+                ends.append(self._add(_C["SEND"], [c], ALL, optional, a=hst,
+                                      peer=peer, tag=tag, priority=priority))
+            else:
+                r = self._add(_C["RECV"], after, mode, optional, a=hst,
+                              peer=peer, tag=tag, priority=priority)
+                ends.append(self._add(_C["COPY"], [r], ALL, optional, a=dev,
+                                      b=hst))
+        if len(ends) == 1:
+            return ends[0]
+        return self._add(_C["NOP"], ends, ALL, optional)
 
     def reduce(self, dst, src, op=SUM, *, after=(), mode=ALL, optional=False,
                need=None, locked=False):
@@ -233,6 +324,11 @@ class Schedule:
             raise ScheduleError(f"copy target {dst} is read-only")
         return self._add(_C["COPY"], after, mode, optional, a=dst, b=src,
                          need=need, locked=locked)
+
+    def fence(self, after=(), mode=ALL, optional=False):
+        """Completes once every device op queued before it has run (at once
+        in a schedule without device buffers)."""
+        return self._add(_C["FENCE"], after, mode, optional)
 
     def __len__(self):
         return len(self._ops)
@@ -269,6 +365,14 @@ class Schedule:
                                   MPI._addressof(self.comm), self.persistent,
                                   self.comm, self.stamp_id)
         _LIVE.add(self)
+        be = self._backend
+        if be is not None:
+            self._stream = be.new_stream(self._device_id)
+            self._sched.set_device(be.code, be.context(self._device_id),
+                                   be.stream_ptr(self._stream),
+                                   be.kernels(self._device_id))
+            for host in self._shadows.values():
+                self._arrays[host.index] = be.pinned(host.size, host.dtype)
         for index, arr in self._arrays.items():
             self.bind(self._slots[index], arr)
         return self
@@ -276,6 +380,9 @@ class Schedule:
     def bind(self, slot, array):
         """Bind ``array`` (C-contiguous, right dtype and size) to ``slot``."""
         slot = slot if isinstance(slot, Slot) else self._slots[slot]
+        backend = _device.backend_of(array)
+        if slot.device or backend is not None:
+            return self._bind_device(slot, array, backend)
         arr = array if isinstance(array, np.ndarray) else np.asarray(array)
         if arr.dtype != slot.dtype or arr.size < slot.size:
             raise ScheduleError(f"{slot} cannot take a {arr.dtype}[{arr.size}] "
@@ -286,11 +393,30 @@ class Schedule:
         self.commit()._core_sched().bind(slot.index, arr, slot.writable)
         self._arrays[slot.index] = array
 
+    def _bind_device(self, slot, array, backend):
+        if not slot.device:
+            raise ScheduleError(f"{slot} is host memory; got a device array")
+        if backend is not self._backend or \
+                backend.device_id(array) != self._device_id:
+            raise ScheduleError(f"{slot} is device memory of this schedule's "
+                                f"device; got {type(array).__name__}")
+        arr = _device.flat(backend, array)
+        if arr.dtype != slot.dtype or arr.size < slot.size:
+            raise ScheduleError(f"{slot} cannot take a {arr.dtype}[{arr.size}] "
+                                "buffer")
+        self.commit()._core_sched().bind_ptr(slot.index, backend.ptr(arr),
+                                             arr.nbytes, slot.writable, DEVICE)
+        self._arrays[slot.index] = array
+
     def post(self):
         """Start one round (or, for a persistent schedule, the endless series
-        of rounds).  Returns a :class:`Request` for that round."""
-        count = self.commit()._core_sched().post()
-        return Request(self, count)
+        of rounds).  Returns a :class:`Request` for that round.  With device
+        buffers, the round's device work follows what the caller queued on
+        its current stream before the call."""
+        core = self.commit()._core_sched()
+        if self._backend is not None:
+            self._backend.wait_for_caller(self._stream)
+        return Request(self, core.post())
 
     def fire(self, trigger, round=None):
         """Fire a trigger op: banked when ``round`` is None, else only for
@@ -324,6 +450,18 @@ class Schedule:
         message of another schedule)."""
         return self._core_sched().stats
 
+    @property
+    def device_stats(self):
+        """Bytes copied host->device (``h2d``), device->host (``d2h``),
+        ``d2d`` and ``h2h`` by device-queue copies, and device
+        ``reductions`` queued, since the schedule was committed."""
+        return self._core_sched().device_stats
+
+    @property
+    def stream(self):
+        """The schedule's own CUDA stream (None without device buffers)."""
+        return self._stream
+
     def free(self):
         """Cancel pending receives and release the schedule.  Idempotent."""
         if self._sched is not None:
@@ -331,6 +469,7 @@ class Schedule:
             self._sched = None
         self._freed = True
         self._arrays.clear()
+        self._stream = None
 
     def __enter__(self):
         return self
@@ -356,7 +495,8 @@ class Schedule:
         """The graph in Graphviz DOT.  Dashed boxes fire on ANY input; grey
         ones are optional; edges point from predecessor to successor."""
         colors = {"send": "lightblue", "recv": "palegreen", "reduce": "orange",
-                  "copy": "orange", "nop": "white", "trigger": "gold"}
+                  "copy": "orange", "nop": "white", "trigger": "gold",
+                  "fence": "plum"}
         lines = [f'digraph "{name}" {{', "  rankdir=TB;",
                  "  node [shape=box, style=filled, fontname=Helvetica];"]
         for i, o in enumerate(self._ops):

@@ -9,7 +9,7 @@ other, and the ops are commutative elementwise).
 import numpy as np
 from mpi4py import MPI
 
-from .. import _env
+from .. import _device, _env
 from .._buffers import as_array
 from .._comm import library_comm
 from .._errors import ScheduleError, require_thread_multiple
@@ -211,18 +211,30 @@ class _Pool:
     def __init__(self):
         self._pool = {}
 
-    def get(self, lc, algo, count, dtype, op, inplace):
-        key = (id(lc), algo, count, dtype.str, op.name, inplace)
+    def get(self, lc, algo, count, dtype, op, inplace, device=None):
+        """``device``: (backend, device id) for device buffers."""
+        path = _device.gpu_path() if device else None
+        key = (id(lc), algo, count, dtype.str, op.name, inplace,
+               device and (device[0].name, device[1]), path)
         for sched in self._pool.get(key, ()):
             core = sched._core_sched()
             if core.posted == core.done:
                 return sched
         s = Schedule(lc.comm)
-        send = s.buffer(dtype=dtype, size=count, writable=False, name="send")
-        recv = s.buffer(dtype=dtype, size=count, name="recv")
+        after = ()
+        if device:
+            s.use_device(*device)
+        send = s.buffer(dtype=dtype, size=count, writable=False, name="send",
+                        device=bool(device))
+        recv = s.buffer(dtype=dtype, size=count, name="recv",
+                        device=bool(device))
         tmp_size = 2 * (count // lc.size + 1) if algo == "ring" else count
-        tmp = s.buffer(np.empty(tmp_size, dtype), name="tmp")
-        BUILDERS[algo](s, lc.size, lc.rank, send, recv, tmp, op, inplace)
+        tmp = s.buffer(device[0].empty(tmp_size, dtype) if device else
+                       np.empty(tmp_size, dtype), name="tmp")
+        if device:          # MPI may read the caller's data only once it is there
+            after = [s.fence()]
+        BUILDERS[algo](s, lc.size, lc.rank, send, recv, tmp, op, inplace,
+                       after=after)
         s.commit()
         s.ntags = 2 * lc.size + 2
         self._pool.setdefault(key, []).append(s)
@@ -262,11 +274,58 @@ def _prepare(sendbuf, recvbuf, op, comm):
     return send, recv, result, op, comm
 
 
+def _device_of(sendbuf, recvbuf):
+    """The backend of device buffers (None for host ones); mixing host and
+    device memory is an error."""
+    send_be = None if sendbuf is MPI.IN_PLACE else _device.backend_of(sendbuf)
+    recv_be = None if recvbuf is None else _device.backend_of(recvbuf)
+    if sendbuf is MPI.IN_PLACE or recvbuf is None:
+        return send_be or recv_be
+    if send_be is not recv_be:
+        raise ScheduleError("sendbuf and recvbuf must both be device arrays "
+                            "or both host buffers")
+    return send_be
+
+
+def _prepare_device(be, sendbuf, recvbuf, op, comm):
+    require_thread_multiple()
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
+        raise ScheduleError("comm must be a valid mpi4py communicator")
+    if sendbuf is MPI.IN_PLACE or sendbuf is recvbuf:
+        if recvbuf is None:
+            raise ScheduleError("MPI.IN_PLACE needs recvbuf")
+        recv = send = _device.flat(be, recvbuf, "recvbuf")
+    else:
+        send = _device.flat(be, sendbuf, "sendbuf")
+        if recvbuf is None:
+            recvbuf = be.empty(sendbuf.shape, send.dtype)
+        recv = _device.flat(be, recvbuf, "recvbuf")
+        if be.device_id(sendbuf) != be.device_id(recvbuf):
+            raise ScheduleError("sendbuf and recvbuf are on different devices")
+        lo, hi = be.ptr(send), be.ptr(send) + send.nbytes
+        if send.nbytes and recv.nbytes and \
+                lo < be.ptr(recv) + recv.nbytes and be.ptr(recv) < hi:
+            raise ScheduleError("sendbuf and recvbuf overlap; use MPI.IN_PLACE "
+                                "or pass the same array for in-place")
+    if recv.dtype != send.dtype or recv.size != send.size:
+        raise ScheduleError(f"recvbuf ({recv.dtype}[{recv.size}]) does not "
+                            f"match sendbuf ({send.dtype}[{send.size}])")
+    op = as_op(op)
+    check_op_dtype(op, send.dtype)
+    return send, recv, recvbuf, op, comm
+
+
 def _plan(sendbuf, recvbuf, op, comm, algorithm):
     """Check everything, then pick the schedule and this call's tag block.
     Returns (send, recv, result, schedule or None when there is nothing to
     communicate, tag base)."""
-    send, recv, result, op, comm = _prepare(sendbuf, recvbuf, op, comm)
+    be = _device_of(sendbuf, recvbuf)
+    if be is not None:
+        send, recv, result, op, comm = _prepare_device(be, sendbuf, recvbuf,
+                                                       op, comm)
+    else:
+        send, recv, result, op, comm = _prepare(sendbuf, recvbuf, op, comm)
     if algorithm is not None and algorithm not in ALGORITHMS:
         raise ScheduleError(f"unknown allreduce algorithm {algorithm!r}; "
                             f"choose from {', '.join(ALGORITHMS)}")
@@ -276,7 +335,8 @@ def _plan(sendbuf, recvbuf, op, comm, algorithm):
         return send, recv, result, None, 0
     lc = library_comm(comm)
     algo = choose_algorithm(send.nbytes, send.size, lc.size, algorithm)
-    sched = _pool.get(lc, algo, send.size, send.dtype, op, send is recv)
+    sched = _pool.get(lc, algo, send.size, send.dtype, op, send is recv,
+                      be and (be, be.device_id(send)))
     return send, recv, result, sched, lc.tag_block(sched.ntags)
 
 
@@ -285,7 +345,9 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
 
     Args:
         sendbuf: NumPy array, buffer-protocol object, mpi4py spec
-            ``[buf, MPI.DOUBLE]``, or ``MPI.IN_PLACE``.
+            ``[buf, MPI.DOUBLE]``, ``MPI.IN_PLACE``, or a CuPy array (then
+            ``recvbuf`` is one too, the reductions run on the GPU and the
+            result is a CuPy array; see :mod:`partialcoll._device`).
         recvbuf: where the result goes (allocated when None); pass the same
             object as ``sendbuf`` for an in-place reduction.
         op: ``partialcoll.SUM`` etc., or ``MPI.SUM``-style constants.
@@ -306,6 +368,10 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
         return _Done(result)
     core = sched._core_sched()
     core.set_tag_base(tags)
+    if sched.gpu_path is not None:
+        sched.bind(0, send)
+        sched.bind(1, recv)
+        return Request(sched, sched.post()._upto, result)
     core.bind(0, send, False)
     core.bind(1, recv, True)
     return Request(sched, core.post(), result)
@@ -338,6 +404,8 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
             lc, core, ntags = plan
             core.run(sendbuf, recvbuf, lc.tag_block(ntags))
             return recvbuf
+    if _device_of(sendbuf, recvbuf) is not None:
+        return iallreduce(sendbuf, recvbuf, op, comm, algorithm).wait()
     send, recv, result, sched, tags = _plan(sendbuf, recvbuf, op, comm,
                                             algorithm)
     if sched is None:

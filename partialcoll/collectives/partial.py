@@ -37,7 +37,7 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
-from .. import _comm
+from .. import _comm, _device
 from .._buffers import as_array
 from .._errors import ScheduleError, WaitTimeout, require_thread_multiple
 from ..ops import OPS, as_op, check_op_dtype
@@ -46,10 +46,10 @@ from .allreduce import (BUILDERS, _Done, build_recursive_doubling,
                         choose_algorithm)
 
 SUM = OPS["SUM"]
-_UFUNCS = {"SUM": np.add, "PROD": np.multiply, "MIN": np.minimum,
-           "MAX": np.maximum, "LAND": np.logical_and, "LOR": np.logical_or,
-           "LXOR": np.logical_xor, "BAND": np.bitwise_and,
-           "BOR": np.bitwise_or, "BXOR": np.bitwise_xor}
+_UFUNCS = {"SUM": "add", "PROD": "multiply", "MIN": "minimum",
+           "MAX": "maximum", "LAND": "logical_and", "LOR": "logical_or",
+           "LXOR": "logical_xor", "BAND": "bitwise_and",
+           "BOR": "bitwise_or", "BXOR": "bitwise_xor"}
 _META = ("flag", "zero", "one", "meta_send", "meta_recv", "dep_seq",
          "round_seq", "acc_seq", "acc_rounds", "last_active", "snaps",
          "prev_seq", "acc_lo")
@@ -99,7 +99,11 @@ class PartialAllreduce:
     def __init__(self, like, op=SUM, comm=None, catch_up=True, sync_every=None,
                  *, quorum=None, seed=0, algorithm=None):
         require_thread_multiple()
-        like = np.asarray(like)
+        backend = _device.backend_of(like)
+        self._mem = backend or _device.HOST
+        if backend is None:
+            like = np.asarray(like)
+        self._device = backend and backend.device_id(like)
         op = as_op(op)
         check_op_dtype(op, like.dtype)
         comm = MPI.COMM_WORLD if comm is None else comm
@@ -128,6 +132,7 @@ class PartialAllreduce:
 
     def _check_consistent(self, algorithm):
         mine = {"collective": self.kind, "shape": tuple(self.shape),
+                "memory": self._mem.name,
                 "dtype": self.dtype.str, "op": self.op.name,
                 "quorum": self.quorum, "seed": self.seed,
                 "catch_up": self.catch_up, "sync_every": self.sync_every,
@@ -141,11 +146,12 @@ class PartialAllreduce:
 
     def _build(self, n, algorithm):
         P, rank = self.size, self.rank
-        ident = self.op.identity(self.dtype)
-        self._pending = np.full(n, ident, self.dtype)
-        self._identity = np.full(n, ident, self.dtype)
-        self._acc = np.full(n, ident, self.dtype)
-        send, recv = np.empty(n, self.dtype), np.empty(n, self.dtype)
+        ident, mem = self.op.identity(self.dtype), self._mem
+        self._pending = mem.full(n, ident, self.dtype)
+        self._identity = mem.full(n, ident, self.dtype)
+        self._acc = mem.full(n, ident, self.dtype)
+        send, recv = mem.empty(n, self.dtype), mem.empty(n, self.dtype)
+        self._combine = getattr(mem.xp, _UFUNCS[self.op.name])
         self._meta = {k: np.zeros(1, np.int64) for k in _META}
         self._meta["one"][0] = 1
         stamp_id = self.comm.bcast(secrets.randbits(63) if rank == 0 else None)
@@ -157,8 +163,8 @@ class PartialAllreduce:
         bs, br = s.buffer(send, name="send"), s.buffer(recv, name="recv")
         mtmp = s.buffer(np.zeros(1, np.int64), name="meta_tmp")
         algo = choose_algorithm(send.nbytes, n, P, algorithm)
-        tmp = s.buffer(np.empty(2 * (n // P + 1) if algo == "ring" else n,
-                                self.dtype), name="tmp")
+        tmp = s.buffer(mem.empty(2 * (n // P + 1) if algo == "ring" else n,
+                                 self.dtype), name="tmp")
         self._tags = 2 * P + 4           # tag blocks: data, meta, activation
         act = self._build_activation(s, 4 * self._tags)
         c = s.copy(bs, pend, after=[act], locked=True)
@@ -227,7 +233,15 @@ class PartialAllreduce:
             if fresh is None:
                 fresh = not waiting and rnd == self._observed
             if x is not None:
-                _UFUNCS[self.op.name](self._pending, x, out=self._pending)
+                # device buffers: on the schedule's stream, after the
+                # caller's work on x; the caller's later work waits for it
+                # (so x may be reused at once).  The snapshot, queued on the
+                # same stream after this hold, sees the deposit.
+                stream, mem = self._sched.stream, self._mem
+                mem.wait_for_caller(stream)
+                with mem.on(stream):
+                    self._combine(self._pending, x, out=self._pending)
+                mem.caller_waits(stream)
                 m["dep_seq"][0] += 1
                 if fresh:
                     m["flag"][0] = 1
@@ -284,8 +298,11 @@ class PartialAllreduce:
         core, m = self._sched._core_sched(), self._meta
         core.lock()
         try:
-            data = self._acc.copy()
-            self._acc[...] = self._identity
+            stream, mem = self._sched.stream, self._mem
+            with mem.on(stream):
+                data = self._acc.copy()
+                self._acc[...] = self._identity
+            mem.caller_waits(stream)
             nr = int(m["acc_rounds"][0])
             m["acc_rounds"][0] = 0
             # catch-up: data covers every deposit up to acc_seq not taken
@@ -348,7 +365,8 @@ class PartialAllreduce:
 
     def _check_open_and_buffer(self, sendbuf):
         self._check_open()
-        x = as_array(sendbuf, "sendbuf")
+        x = _flat(sendbuf, "sendbuf", self._mem, self._device,
+                  type(self).__name__)
         if x.dtype != self.dtype or x.size != self._pending.size:
             raise ScheduleError(f"sendbuf is {x.dtype}[{x.size}], this "
                                 f"{type(self).__name__} takes {self.dtype}"
@@ -466,18 +484,36 @@ def quiesce_all():
                 ar._closed = True
 
 
+def _flat(buf, what, mem, device, owner):
+    """A 1-D view of `buf`, which must live where the object's buffers do."""
+    backend = _device.backend_of(buf)
+    if (backend or _device.HOST) is not mem or \
+            (backend is not None and backend.device_id(buf) != device):
+        where = "host memory" if mem is _device.HOST else \
+            f"{mem.name} device {device}"
+        raise ScheduleError(f"{what} must be in {where}, like this {owner}'s "
+                            f"buffers; got {type(buf).__name__}")
+    return as_array(buf, what) if backend is None else \
+        _device.flat(backend, buf, what)
+
+
 def _function_form(cls, sendbuf, recvbuf, op, comm, **kw):
     comm = MPI.COMM_WORLD if comm is None else comm
-    x = as_array(sendbuf, "sendbuf")
-    shape = sendbuf.shape if isinstance(sendbuf, np.ndarray) else x.shape
+    backend = _device.backend_of(sendbuf)
+    mem = backend or _device.HOST
+    device = backend and backend.device_id(sendbuf)
+    x = _flat(sendbuf, "sendbuf", mem, device, cls.__name__)
+    shape = x.shape if backend is None and \
+        not isinstance(sendbuf, np.ndarray) else sendbuf.shape
     key = (cls, MPI._handleof(comm), shape, x.dtype.str, as_op(op).name,
-           tuple(sorted(kw.items())))
+           mem.name, device, tuple(sorted(kw.items())))
     ar = _objects.get(key)
     if ar is None or ar._closed:
-        ar = _objects[key] = cls(np.empty(shape, x.dtype), op=op, comm=comm, **kw)
+        ar = _objects[key] = cls(mem.empty(shape, x.dtype), op=op, comm=comm,
+                                 **kw)
     res = ar(x)
     if recvbuf is not None:
-        out = as_array(recvbuf, "recvbuf")
+        out = _flat(recvbuf, "recvbuf", mem, device, cls.__name__)
         out[...] = res.data.reshape(-1)
         res.data = recvbuf
     return res

@@ -1,0 +1,257 @@
+"""Device (GPU) buffers: recognising them, and what the executor needs of them.
+
+A *backend* recognises its own arrays and gives the executor what it needs:
+a pointer, a stream, the reduction kernels, pinned host memory to stage
+through.  Two backends:
+
+* ``cupy`` -- ``cupy.ndarray`` (and, through DLPack, torch CUDA tensors in
+  the eager-SGD wrappers).  Used only when the program imported CuPy; CuPy
+  stays an optional extra (``pip install "partialcoll[cuda]"``).
+* ``emulate`` -- :func:`emulated` arrays: host memory that the executor treats
+  as device memory (device queue, staging copies, no host reductions), with
+  device work run late and a little at a time.  It exists so that every
+  device code path can be tested on machines with no GPU; it is not faster
+  than host buffers.
+
+Which MPI path device buffers take (:func:`gpu_path`):
+
+* ``"cuda-aware"`` -- device pointers go to MPI directly (no host copies);
+* ``"staged"`` -- each message is copied through pinned host memory by COPY
+  ops inside the schedule, in pieces of ``PARTIALCOLL_GPU_CHUNK_BYTES``
+  (default 1 MiB) so that copying one piece overlaps sending another.
+
+The default, ``"auto"``, asks MPI (``MPIX_Query_cuda_support``); the MPI
+wheels on PyPI say no.  ``PARTIALCOLL_GPU_PATH`` or :func:`set_gpu_path`
+forces either path.
+"""
+import contextlib
+import sys
+
+import numpy as np
+
+from . import _core, _env
+from ._errors import DeviceError, ScheduleError
+
+_C = _core.constants()
+PATHS = ("auto", "cuda-aware", "staged")
+DEFAULT_CHUNK_BYTES = 1 << 20
+_forced_path = None
+
+
+def set_gpu_path(path):
+    """Force how device buffers reach MPI: ``"cuda-aware"``, ``"staged"`` or
+    ``"auto"`` (ask MPI); None goes back to ``PARTIALCOLL_GPU_PATH``.
+    Applies to schedules built afterwards."""
+    global _forced_path
+    if path is not None and path not in PATHS:
+        raise ScheduleError(f"gpu path must be one of {', '.join(PATHS)}, "
+                            f"got {path!r}")
+    _forced_path = path
+
+
+def gpu_path():
+    """The path device buffers take now: ``"cuda-aware"`` or ``"staged"``."""
+    path = _forced_path or _env.get(_env.GPU_PATH, "auto")
+    if path not in PATHS:
+        raise ScheduleError(f"{_env.GPU_PATH}={path!r}: choose from "
+                            f"{', '.join(PATHS)}")
+    if path == "auto":
+        path = "cuda-aware" if mpi_cuda_aware() else "staged"
+    return path
+
+
+def mpi_cuda_aware():
+    """True when the MPI library reports CUDA support
+    (``MPIX_Query_cuda_support``); False when it says no or cannot say."""
+    return _core.mpi_cuda_aware() == 1
+
+
+def chunk_bytes():
+    """Size of the pieces a staged message is cut into."""
+    n = _env.get(_env.GPU_CHUNK_BYTES, DEFAULT_CHUNK_BYTES, int)
+    if n < 1:
+        raise ScheduleError(f"{_env.GPU_CHUNK_BYTES} must be positive")
+    return n
+
+
+# --------------------------------------------------------------- emulation
+class EmulatedArray(np.ndarray):
+    """Host memory that partialcoll treats as device memory (tests only)."""
+
+
+def emulated(array):
+    """A C-contiguous copy of ``array`` that partialcoll treats as a device
+    buffer (see the module docstring)."""
+    return np.array(array, order="C", copy=True).view(EmulatedArray)
+
+
+class _EmulatedBackend:
+    name = "emulate"
+    code = _C["DEV_EMULATE"]
+    xp = np
+
+    def owns(self, x):
+        return isinstance(x, EmulatedArray)
+
+    def device_id(self, x):
+        return 0
+
+    def ptr(self, a):
+        return a.ctypes.data
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype).view(EmulatedArray)
+
+    def full(self, shape, value, dtype):
+        return np.full(shape, value, dtype).view(EmulatedArray)
+
+    def pinned(self, n, dtype):
+        return np.empty(n, dtype)
+
+    def new_stream(self, device_id):
+        return None
+
+    def stream_ptr(self, stream):
+        return 0
+
+    def context(self, device_id):
+        return 0
+
+    def kernels(self, device_id):
+        return b""
+
+    def wait_for_caller(self, stream):
+        """Order `stream` after the work the caller queued so far."""
+
+    def caller_waits(self, stream):
+        """Order the caller's later work after `stream`'s work so far."""
+
+    def on(self, stream):
+        return contextlib.nullcontext()
+
+    def host(self, a):
+        return np.asarray(a).view(np.ndarray)
+
+
+# -------------------------------------------------------------------- cupy
+class _CupyBackend:
+    name = "cupy"
+    code = _C["DEV_CUDA"]
+
+    def __init__(self, cupy):
+        self.xp = cupy
+        self._kernels = {}          # device id -> (RawModule, table bytes)
+
+    def owns(self, x):
+        return isinstance(x, self.xp.ndarray)
+
+    def device_id(self, x):
+        return x.device.id
+
+    def ptr(self, a):
+        return a.data.ptr
+
+    def empty(self, shape, dtype):
+        return self.xp.empty(shape, dtype)
+
+    def full(self, shape, value, dtype):
+        return self.xp.full(shape, value, dtype)
+
+    def pinned(self, n, dtype):
+        import cupyx
+        return cupyx.empty_pinned(n, dtype)
+
+    def new_stream(self, device_id):
+        with self.xp.cuda.Device(device_id):
+            return self.xp.cuda.Stream(non_blocking=True)
+
+    def stream_ptr(self, stream):
+        return stream.ptr
+
+    def context(self, device_id):
+        with self.xp.cuda.Device(device_id):
+            self.xp.cuda.runtime.free(0)      # makes the primary context
+            return _core.cuda_context()       # current on this thread
+
+    def kernels(self, device_id):
+        """int64 CUfunction handles indexed [dtype code * NREDOPS + op]."""
+        if device_id not in self._kernels:
+            from . import _kernels
+            from .ops import OPS, dtype_code
+            table = np.zeros(_C["NDTYPES"] * _C["NREDOPS"], np.int64)
+            with self.xp.cuda.Device(device_id):
+                mod = self.xp.RawModule(code=_kernels.source(),
+                                        options=("-std=c++11",))
+                for op, dt in _kernels.kernel_pairs():
+                    f = mod.get_function(_kernels.kernel_name(op, dt))
+                    table[dtype_code(dt) * _C["NREDOPS"] + OPS[op].code] = f.ptr
+            self._kernels[device_id] = (mod, table.tobytes())
+        return self._kernels[device_id][1]
+
+    def wait_for_caller(self, stream):
+        ev = self.xp.cuda.Event(block=False, disable_timing=True)
+        ev.record(self.xp.cuda.get_current_stream())
+        stream.wait_event(ev)
+
+    def caller_waits(self, stream):
+        ev = self.xp.cuda.Event(block=False, disable_timing=True)
+        ev.record(stream)
+        self.xp.cuda.get_current_stream().wait_event(ev)
+
+    def on(self, stream):
+        return stream
+
+    def host(self, a):
+        return self.xp.asnumpy(a)
+
+
+class _HostMemory(_EmulatedBackend):
+    """Plain NumPy memory with the backends' interface, so that code written
+    for device buffers runs unchanged on host ones."""
+    name = "host"
+
+    def owns(self, x):
+        return backend_of(x) is None
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype)
+
+    def full(self, shape, value, dtype):
+        return np.full(shape, value, dtype)
+
+
+EMULATE = _EmulatedBackend()
+HOST = _HostMemory()
+_cupy_backend = None
+
+
+def backend_of(x):
+    """The backend whose device array ``x`` is, or None for host data.
+    CuPy is looked for only if the program has imported it."""
+    if isinstance(x, EmulatedArray):
+        return EMULATE
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        global _cupy_backend
+        if _cupy_backend is None:
+            _cupy_backend = _CupyBackend(cupy)
+        return _cupy_backend
+    return None
+
+
+def cupy_backend():
+    """The CuPy backend; a clear error when CuPy is not installed."""
+    try:
+        import cupy
+    except ImportError:
+        raise DeviceError("device buffers need CuPy: pip install "
+                          "'partialcoll[cuda]' (or your cupy-cudaXXx)") from None
+    return backend_of(cupy.empty(0))
+
+
+def flat(backend, x, what="buffer"):
+    """A 1-D view of the device array ``x`` (C-contiguous required)."""
+    if not x.flags.c_contiguous:
+        raise ScheduleError(f"{what} must be C-contiguous (use "
+                            f"{backend.xp.__name__}.ascontiguousarray)")
+    return x.reshape(-1)

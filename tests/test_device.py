@@ -1,0 +1,262 @@
+"""Device buffers: allreduce, the partial collectives and hand-built
+schedules on device memory, on both MPI paths (CUDA-aware and staged).
+
+Every test runs on two backends:
+* ``emulate`` -- host memory that the executor treats as device memory, with
+  device work run late and a little at a time (always available);
+* ``cupy`` -- real GPU buffers; skipped, with the reason, where CuPy or a GPU
+  is missing.
+"""
+import random
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import partialcoll as pc
+from partialcoll import _device, _kernels
+from partialcoll.collectives.allreduce import ALGORITHMS
+from partialcoll.ops import OPS
+
+pytestmark = pytest.mark.mpi
+COMM = MPI.COMM_WORLD
+P, RANK = COMM.size, COMM.rank
+# dtypes CuPy has (no long double)
+DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+          "uint64", "float32", "float64", "complex64", "complex128", "bool"]
+
+
+def _cupy_or_skip():
+    try:
+        import cupy
+    except ImportError:
+        pytest.skip("CuPy is not installed (pip install 'partialcoll[cuda]'); "
+                    "the GPU path is covered by the emulated device here")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError("no device")
+    except Exception as e:       # CUDA driver missing or no GPU
+        pytest.skip(f"CuPy is installed but no GPU is usable ({e})")
+    return cupy
+
+
+class Emulated:
+    name = "emulate"
+
+    def to(self, x):
+        return _device.emulated(x)
+
+    def host(self, x):
+        return np.asarray(x).view(np.ndarray)
+
+    def is_device(self, x):
+        return isinstance(x, _device.EmulatedArray)
+
+
+class Cupy:
+    name = "cupy"
+
+    def __init__(self):
+        self.cp = _cupy_or_skip()
+        self.cp.cuda.Device(RANK % self.cp.cuda.runtime.getDeviceCount()).use()
+
+    def to(self, x):
+        return self.cp.asarray(x)
+
+    def host(self, x):
+        return self.cp.asnumpy(x)
+
+    def is_device(self, x):
+        return isinstance(x, self.cp.ndarray)
+
+
+@pytest.fixture(params=["emulate", "cupy"])
+def dev(request):
+    return Emulated() if request.param == "emulate" else Cupy()
+
+
+@pytest.fixture(params=["staged", "cuda-aware"])
+def path(request, dev):
+    if request.param == "cuda-aware" and dev.name == "cupy" and \
+            not _device.mpi_cuda_aware():
+        pytest.skip("this MPI is not CUDA-aware: device pointers would crash "
+                    "it (PARTIALCOLL_GPU_PATH=cuda-aware forces it anyway)")
+    _device.set_gpu_path(request.param)
+    yield request.param
+    _device.set_gpu_path(None)
+
+
+def _values(dtype, n, seed):
+    rng = np.random.default_rng(seed)
+    v = rng.integers(1, 4, n)
+    if dtype == "bool":
+        return (v % 2).astype(bool)
+    if dtype.startswith("complex"):
+        return (v + 1j * rng.integers(-2, 3, n)).astype(dtype)
+    return v.astype(dtype)
+
+
+def test_allreduce_equals_numpy_every_op_and_dtype(dev, path):
+    """Device results equal the host (NumPy) results bit for bit, for every
+    op/dtype pair, and come back as device arrays."""
+    checked = 0
+    for op in OPS.values():
+        for dt in DTYPES:
+            if np.dtype(dt) not in op.dtypes:
+                continue
+            x = _values(dt, 37, 100 * RANK + op.code)
+            want = pc.allreduce(x.copy(), op=op)
+            got = pc.allreduce(dev.to(x), op=op)
+            assert dev.is_device(got)
+            assert np.array_equal(dev.host(got), want), (op, dt)
+            checked += 1
+    assert checked == len(_kernels.kernel_pairs()) == 98
+    # and against NumPy directly
+    x = np.arange(1000.0) * (RANK + 1)
+    got = dev.host(pc.allreduce(dev.to(x)))
+    assert np.array_equal(got, np.arange(1000.0) * P * (P + 1) / 2)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_algorithms_chunked_inplace_and_nonblocking(dev, path, algorithm,
+                                                    monkeypatch):
+    """Every algorithm, with staged messages cut into many 40-byte pieces
+    (same peer and tag), in place and non-blocking."""
+    monkeypatch.setenv("PARTIALCOLL_GPU_CHUNK_BYTES", "40")
+    for n in (1, 5, 1001):
+        x = np.arange(n, dtype=np.float64) + RANK
+        want = pc.allreduce(x.copy(), algorithm=algorithm)
+        d = dev.to(x)
+        assert np.array_equal(
+            dev.host(pc.allreduce(d, algorithm=algorithm)), want)
+        req = pc.iallreduce(MPI.IN_PLACE, d, algorithm=algorithm)
+        assert req.wait() is d
+        assert np.array_equal(dev.host(d), want)
+        out = dev.to(np.zeros(n))
+        assert pc.iallreduce(dev.to(x), out, op=pc.MAX,
+                             algorithm=algorithm).wait() is out
+        assert np.array_equal(dev.host(out), np.arange(n) + P - 1.0)
+
+
+def _exchange(dev, n):
+    """Two-by-two exchange-and-add on device buffers (hand-built)."""
+    x = dev.to(np.arange(n, dtype=np.float32) + RANK)
+    tmp = dev.to(np.zeros(n, np.float32))
+    s = pc.Schedule(COMM)
+    bx, bt = s.buffer(x), s.buffer(tmp)
+    peer = RANK ^ 1
+    f = s.fence()
+    snd = s.send(bx, peer, after=[f])
+    rcv = s.recv(bt, peer, after=[f])
+    s.reduce(bx, bt, pc.SUM, after=[snd, rcv])
+    s.post().wait()
+    stats = s.device_stats
+    s.free()
+    return dev.host(x), stats
+
+
+def test_copies_staged_and_none_when_cuda_aware(dev, path):
+    """Staged: each message is copied device->host and host->device once;
+    CUDA-aware: no host-device copy at all.  The reduction runs on the
+    device queue either way."""
+    if P % 2:
+        pytest.skip("needs pairs of ranks")
+    n = 1000
+    got, st = _exchange(dev, n)
+    want = 2 * np.arange(n, dtype=np.float32) + RANK + (RANK ^ 1)
+    assert np.array_equal(got, want)
+    assert st["reductions"] == 1
+    if path == "staged":
+        assert st["d2h"] == st["h2d"] == 4 * n
+    else:
+        assert st["d2h"] == st["h2d"] == 0
+
+
+KINDS = [("solo", pc.SoloAllreduce, {}),
+         ("majority", pc.MajorityAllreduce, {"seed": 3}),
+         ("quorum", pc.QuorumAllreduce, {"quorum": max(1, P // 2)})]
+
+
+@pytest.mark.parametrize("name,cls,kw", KINDS, ids=[k[0] for k in KINDS])
+def test_partial_device_exactly_once(dev, path, name, cls, kw):
+    """Under random skew, with device buffers: every contribution of every
+    rank arrives exactly once (int64, bit for bit), every result is a device
+    array, and after close all ranks hold the same total."""
+    rng = random.Random(RANK)
+    vals = np.random.default_rng(RANK)
+    ar = cls(dev.to(np.zeros((4, 5), np.int64)), **kw)
+    got = np.zeros((4, 5), np.int64)
+    mine = np.zeros((4, 5), np.int64)
+    for _ in range(60):
+        time.sleep(rng.random() * 0.001)
+        x = vals.integers(-100, 100, (4, 5))
+        mine += x
+        res = ar(dev.to(x))
+        assert dev.is_device(res.data) and res.data.shape == (4, 5)
+        got += dev.host(res.data)
+    st = ar._sched.device_stats
+    got += dev.host(ar.close().data)
+    total = np.empty_like(mine)
+    COMM.Allreduce(mine, total)
+    everyone = COMM.allgather(got)
+    assert all(np.array_equal(g, total) for g in everyone)
+    assert (st["d2h"] == st["h2d"] == 0) == (path == "cuda-aware")
+
+
+def test_partial_function_form_and_recvbuf(dev, path):
+    x = dev.to(np.ones(6))
+    out = dev.to(np.zeros(6))
+    res = pc.solo_allreduce(x, out)
+    assert res.data is out and dev.is_device(out)
+    assert dev.is_device(pc.solo_allreduce(x).data)
+
+
+def test_bad_input_is_refused(dev, path):
+    x = dev.to(np.arange(8.0))
+    with pytest.raises(pc.ScheduleError, match="both be device arrays"):
+        pc.allreduce(x, np.zeros(8))
+    with pytest.raises(pc.ScheduleError, match="both be device arrays"):
+        pc.allreduce(np.zeros(8), dev.to(np.zeros(8)))
+    with pytest.raises(pc.ScheduleError, match="C-contiguous"):
+        pc.allreduce(dev.to(np.zeros((4, 4)))[:, 1])
+    with pytest.raises(pc.ScheduleError, match="does not match"):
+        pc.allreduce(x, dev.to(np.zeros(7)))
+    with pytest.raises(pc.ScheduleError, match="overlap"):
+        big = dev.to(np.zeros(16))
+        pc.allreduce(big[:8], big[4:12])
+    ar = pc.SoloAllreduce(dev.to(np.zeros(8)))
+    with pytest.raises(pc.ScheduleError, match="must be in"):
+        ar(np.zeros(8))
+    ar.close()
+    host = pc.SoloAllreduce(np.zeros(8))
+    with pytest.raises(pc.ScheduleError, match="must be in host memory"):
+        host(x)
+    host.close()
+    s = pc.Schedule(COMM)
+    a, b = s.buffer(x), s.buffer(np.zeros(8))
+    with pytest.raises(pc.ScheduleError, match="cannot mix host and device"):
+        s.reduce(a, b)
+    with pytest.raises(pc.ScheduleError, match="host memory; got a device"):
+        s.bind(b, dev.to(np.zeros(8)))
+    s.free()
+    # the data is untouched by all this
+    assert np.array_equal(dev.host(x), np.arange(8.0))
+
+
+def test_gpu_path_setting():
+    auto = "cuda-aware" if _device.mpi_cuda_aware() else "staged"
+    _device.set_gpu_path("auto")
+    try:
+        assert _device.gpu_path() == auto
+        with pytest.raises(pc.ScheduleError, match="gpu path must be"):
+            _device.set_gpu_path("fast")
+        for p in ("staged", "cuda-aware"):
+            _device.set_gpu_path(p)
+            assert _device.gpu_path() == p
+            s = pc.Schedule(COMM)
+            s.buffer(_device.emulated(np.zeros(2)))
+            assert s.gpu_path == p
+            s.free()
+    finally:
+        _device.set_gpu_path(None)
