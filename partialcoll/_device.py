@@ -132,6 +132,9 @@ class _EmulatedBackend:
     def host(self, a):
         return np.asarray(a).view(np.ndarray)
 
+    def from_host(self, a):
+        return np.array(a).view(EmulatedArray)
+
 
 # -------------------------------------------------------------------- cupy
 class _CupyBackend:
@@ -204,6 +207,9 @@ class _CupyBackend:
     def host(self, a):
         return self.xp.asnumpy(a)
 
+    def from_host(self, a):
+        return self.xp.asarray(a)
+
 
 class _HostMemory(_EmulatedBackend):
     """Plain NumPy memory with the backends' interface, so that code written
@@ -218,6 +224,9 @@ class _HostMemory(_EmulatedBackend):
 
     def full(self, shape, value, dtype):
         return np.full(shape, value, dtype)
+
+    def from_host(self, a):
+        return a
 
 
 EMULATE = _EmulatedBackend()

@@ -38,6 +38,20 @@ def test_latency_benchmark_runs_and_counts(rank_tmp):
         assert quorum["nap"] != quorum["nap"] or quorum["nap"] >= k  # NaN ok
 
 
+def test_device_benchmarks_run_on_the_emulated_device(rank_tmp):
+    """--device runs the GPU code path of both benchmarks (emulated device:
+    no GPU here); results are checked against MPI_Allreduce inside."""
+    rows = sweep.run(args_for(sweep, ["--sizes", "8,64K", "--iters", "5",
+                                      "--repeat", "1", "--device", "emulate"]))
+    assert [r["device"] for r in rows] == ["emulate"] * 2
+    rows = latency.run(args_for(latency, ["--iters", "4", "--step-ms", "0.1",
+                                          "--count", "300",
+                                          "--device", "emulate"]))
+    assert [r["impl"] for r in rows][-1] == "solo"
+    with pytest.raises(SystemExit, match="NCCL needs --device gpu"):
+        latency.run(args_for(latency, ["--iters", "2", "--impls", "nccl"]))
+
+
 def test_sweep_and_overhead_run(rank_tmp):
     rows = sweep.run(args_for(sweep, ["--sizes", "8,4K", "--iters", "20",
                                       "--repeat", "1",

@@ -81,3 +81,72 @@ def cli(module, name, argv=None):
                                 description=module.__doc__)
     module.add_args(p)
     return module.run(p.parse_args(argv))
+
+
+DEVICES = ("host", "gpu", "emulate")
+
+
+def add_device_arg(p):
+    p.add_argument("--device", choices=DEVICES, default="host",
+                   help="where partialcoll's buffers live: host (NumPy), gpu "
+                        "(CuPy; rank r uses GPU r %% GPUs) or emulate (host "
+                        "memory treated as device memory: runs the GPU code "
+                        "path without a GPU, for testing); MPI_Allreduce "
+                        "always runs on host buffers of the same size")
+
+
+class Buffers:
+    """Arrays where ``--device`` says, and the comparisons that go with
+    them (NCCL through ``cupyx.distributed`` on GPUs)."""
+
+    def __init__(self, device, comm):
+        self.device, self.comm = device, comm
+        self.xp, self._nccl, self.nccl_note = np, None, ""
+        if device == "gpu":
+            try:
+                import cupy
+            except ImportError:
+                raise SystemExit("--device gpu needs CuPy: pip install "
+                                 "'partialcoll[cuda]' (or cupy-cudaXXx)")
+            ngpu = cupy.cuda.runtime.getDeviceCount()
+            cupy.cuda.Device(comm.rank % ngpu).use()
+            self.xp = cupy
+            self._ngpu = comm.allreduce(ngpu, op=MPI.MIN)
+
+    def array(self, a):
+        """``a`` (a NumPy array) moved to where the buffers live."""
+        if self.device == "gpu":
+            return self.xp.asarray(a)
+        if self.device == "emulate":
+            from .._device import emulated
+            return emulated(a)
+        return a
+
+    def host(self, a):
+        return self.xp.asnumpy(a) if self.device == "gpu" else np.asarray(a)
+
+    def nccl(self):
+        """An allreduce(x, y) through NCCL (cupyx.distributed), or None with
+        the reason in ``nccl_note``."""
+        if self.device != "gpu":
+            self.nccl_note = "NCCL needs --device gpu"
+            return None
+        if self._nccl is None:
+            if self.comm.size > self._ngpu:
+                self.nccl_note = (f"NCCL skipped: {self.comm.size} ranks share "
+                                  f"{self._ngpu} GPU(s); NCCL needs one each")
+                return None
+            try:
+                from cupyx.distributed import NCCLBackend
+                backend = NCCLBackend(self.comm.size, self.comm.rank,
+                                      use_mpi=True)
+            except Exception as e:        # NCCL missing from this CuPy
+                self.nccl_note = f"NCCL unavailable: {e}"
+                return None
+            stream = self.xp.cuda.get_current_stream()
+
+            def allreduce(x, y):
+                backend.all_reduce(x, y, "sum", stream=stream)
+                stream.synchronize()
+            self._nccl = allreduce
+        return self._nccl

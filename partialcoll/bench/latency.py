@@ -8,6 +8,10 @@ is in the round, averaged over the rounds that ran) are reported for
 MPI_Allreduce, partialcoll's full
 allreduce, majority, quorum(k) and solo, all in the same run, with each
 one's speed-up over MPI_Allreduce.
+
+``--device gpu``: partialcoll's collectives get CuPy buffers, MPI_Allreduce
+keeps host buffers of the same size, and NCCL's allreduce
+(``cupyx.distributed``) on the device buffers joins the comparison.
 """
 import sys
 import random
@@ -18,9 +22,10 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import cli, across_ranks, emit, progress
+from ._common import Buffers, add_device_arg, across_ranks, cli, emit, progress
 
-IMPLS = ("MPI_Allreduce", "allreduce", "majority", "quorum", "solo")
+IMPLS = ("MPI_Allreduce", "allreduce", "majority", "quorum", "solo", "nccl")
+DEFAULT_IMPLS = IMPLS[:-1]
 
 
 def add_args(p):
@@ -33,8 +38,10 @@ def add_args(p):
                    help="float32 elements per call (default 1)")
     p.add_argument("--quorum", type=int, default=None,
                    help="k of the quorum allreduce (default P/2)")
-    p.add_argument("--impls", default=",".join(IMPLS),
-                   help=f"comma-separated subset of {','.join(IMPLS)}")
+    p.add_argument("--impls", default=None,
+                   help=f"comma-separated subset of {','.join(IMPLS)} "
+                        f"(default: all; nccl only with --device gpu)")
+    add_device_arg(p)
     p.add_argument("--csv")
     p.add_argument("--json")
     p.add_argument("--plot", help="write a PNG (needs matplotlib)")
@@ -48,24 +55,32 @@ def _skews(args, comm, n):
     return [rng.uniform(0, (comm.size - 1) * step) for _ in range(n)]
 
 
-def _make(impl, comm, count, k):
+def _make(impl, comm, count, k, bufs):
     """(call, partial object or None); call(x) runs one collective."""
     y = np.empty(count, np.float32)
     if impl == "MPI_Allreduce":
-        return (lambda x: comm.Allreduce(x, y)), None
+        return (lambda x: comm.Allreduce(bufs.host(x), y)), None
+    y = bufs.array(y)
     if impl == "allreduce":
         return (lambda x: pc.allreduce(x, y, comm=comm)), None
-    like = np.zeros(count, np.float32)
+    if impl == "nccl":
+        nccl = bufs.nccl()
+        if nccl is None:
+            raise SystemExit(bufs.nccl_note)
+        return (lambda x: nccl(x, y)), None
+    like = bufs.array(np.zeros(count, np.float32))
     ar = {"majority": lambda: pc.MajorityAllreduce(like, comm=comm, seed=1),
           "quorum": lambda: pc.QuorumAllreduce(like, quorum=k, comm=comm),
           "solo": lambda: pc.SoloAllreduce(like, comm=comm)}[impl]()
     return ar, ar
 
 
-def run_one(impl, args, comm, k):
+def run_one(impl, args, comm, k, bufs):
     """Mean latency per call on this rank, and the mean NAP per round."""
-    call, ar = _make(impl, comm, args.count, k)
-    x = np.ones(args.count, np.float32)
+    call, ar = _make(impl, comm, args.count, k, bufs)
+    # MPI_Allreduce's host buffer is there before the clock starts
+    x = np.ones(args.count, np.float32) if impl == "MPI_Allreduce" else \
+        bufs.array(np.ones(args.count, np.float32))
     for _ in range(args.warmup):
         call(x)
     if ar is not None:
@@ -99,27 +114,38 @@ def run_one(impl, args, comm, k):
 
 def run(args, comm=MPI.COMM_WORLD):
     k = args.quorum or max(1, comm.size // 2)
-    impls = [i.strip() for i in args.impls.split(",") if i.strip()]
+    bufs = Buffers(getattr(args, "device", "host"), comm)
+    if args.impls is None:
+        impls = list(DEFAULT_IMPLS)
+        if bufs.nccl() is not None:
+            impls.append("nccl")
+    else:
+        impls = [i.strip() for i in args.impls.split(",") if i.strip()]
     bad = [i for i in impls if i not in IMPLS]
     if bad:
         raise SystemExit(f"unknown implementation(s) {bad}; choose from {IMPLS}")
     rows, base = [], None
     for impl in impls:
-        mean_lat, nap = run_one(impl, args, comm, k)
+        mean_lat, nap = run_one(impl, args, comm, k, bufs)
         avg, mn, mx = across_ranks(mean_lat * 1e3, comm)
         if impl == "MPI_Allreduce":
             base = avg
         name = f"quorum(k={k})" if impl == "quorum" else impl
         rows.append({"impl": name, "ranks": comm.size, "skew": args.skew,
                      "step_ms": args.step_ms, "iters": args.iters,
+                     "device": bufs.device,
                      "bytes": 4 * args.count, "avg_ms": avg, "min_ms": mn,
                      "max_ms": mx, "nap": nap,
                      "speedup": (base / avg) if base else float("nan")})
     emit(rows, ["impl", "avg_ms", "min_ms", "max_ms", "nap", "speedup"], args,
          f"partial allreduce latency: {comm.size} ranks, {args.skew} skew "
          f"{args.step_ms} ms steps, {args.iters} iterations, "
-         f"{4 * args.count} bytes; speedup = MPI_Allreduce latency / latency",
-         comm)
+         f"{4 * args.count} bytes, partialcoll on {bufs.device} buffers"
+         + (f" ({pc.gpu_path()} MPI path; MPI_Allreduce on host buffers)"
+            if bufs.device != "host" else "")
+         + (f"; {bufs.nccl_note}" if bufs.nccl_note and bufs.device == "gpu"
+            else "")
+         + "; speedup = MPI_Allreduce latency / latency", comm)
     if args.plot and comm.rank == 0:
         plot(rows, args.plot, comm.size)
     return rows

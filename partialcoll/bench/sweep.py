@@ -4,6 +4,11 @@ Both run in the same processes, alternating blocks, so noise hits both.  For
 each size: ``--repeat`` blocks of ``--iters`` calls each (after ``--warmup``),
 a barrier outside every timed block; per-call latency is averaged per block,
 the median block is kept, and avg/min/max over ranks are reported.
+
+``--device gpu`` puts partialcoll's buffers on the GPU (CuPy) and adds
+``cupyx.distributed.NCCLBackend.all_reduce`` on the same device buffers;
+MPI_Allreduce stays on host buffers of the same size, the baseline a user
+without a CUDA-aware MPI has.  Bandwidth is bytes / latency.
 """
 import sys
 import statistics
@@ -14,7 +19,8 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import cli, across_ranks, emit, fmt_size, parse_size, progress
+from ._common import (Buffers, add_device_arg, across_ranks, cli, emit,
+                      fmt_size, parse_size, progress)
 
 DEFAULT_SIZES = "8,64,512,4K,32K,256K,1M,4M"
 
@@ -28,6 +34,7 @@ def add_args(p):
     p.add_argument("--repeat", type=int, default=5, help="timed blocks per size")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--algorithm", default=None, choices=["recursive_doubling", "ring", "rabenseifner"])
+    add_device_arg(p)
     p.add_argument("--csv")
     p.add_argument("--json")
 
@@ -46,30 +53,40 @@ def run(args, comm=MPI.COMM_WORLD):
     dtype = np.dtype(args.dtype)
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     rows = []
+    bufs = Buffers(getattr(args, "device", "host"), comm)
+    nccl = bufs.nccl()
     for nbytes in progress(sizes, comm, "sweep"):
         n = max(nbytes // dtype.itemsize, 1)
         iters = args.iters or max(20, min(1000, (1 << 22) // max(nbytes, 1) * 20))
         warm = args.warmup if args.warmup is not None else max(iters // 10, 5)
         x = np.full(n, comm.rank + 1, dtype)
-        y_mpi, y_pc = np.empty_like(x), np.empty_like(x)
+        y_mpi = np.empty_like(x)
+        dx, y_pc = bufs.array(x), bufs.array(np.empty_like(x))
 
         def f_mpi():
             comm.Allreduce(x, y_mpi)
 
         def f_pc():
-            pc.allreduce(x, y_pc, algorithm=args.algorithm)
+            pc.allreduce(dx, y_pc, algorithm=args.algorithm)
 
+        fns = [f_mpi, f_pc]
+        if nccl:
+            y_nccl = bufs.array(np.empty_like(x))
+            fns.append(lambda: nccl(dx, y_nccl))
         for _ in range(warm):
-            f_mpi()
-            f_pc()
-        if not np.array_equal(y_mpi, y_pc):
+            for f in fns:
+                f()
+        if not np.array_equal(y_mpi, bufs.host(y_pc)) or (
+                nccl and not np.array_equal(y_mpi, bufs.host(y_nccl))):
             raise SystemExit(f"result mismatch at {nbytes} bytes")
-        t_mpi, t_pc = [], []
+        times = [[] for _ in fns]
         for _ in range(args.repeat):
-            t_mpi.append(_time_block(f_mpi, iters, comm))
-            t_pc.append(_time_block(f_pc, iters, comm))
-        m_mpi = across_ranks(statistics.median(t_mpi) * 1e6, comm)
-        m_pc = across_ranks(statistics.median(t_pc) * 1e6, comm)
+            for f, t in zip(fns, times):
+                t.append(_time_block(f, iters, comm))
+        m_mpi = across_ranks(statistics.median(times[0]) * 1e6, comm)
+        m_pc = across_ranks(statistics.median(times[1]) * 1e6, comm)
+        m_nccl = across_ranks(statistics.median(times[2]) * 1e6, comm) \
+            if nccl else (float("nan"),) * 3
         algo = pc.collectives.allreduce.choose_algorithm(
             x.nbytes, x.size, comm.size, args.algorithm)
         rows.append({"bytes": x.nbytes, "size": fmt_size(x.nbytes),
@@ -77,12 +94,25 @@ def run(args, comm=MPI.COMM_WORLD):
                      "mpi_avg_us": m_mpi[0], "mpi_min_us": m_mpi[1],
                      "mpi_max_us": m_mpi[2], "pc_avg_us": m_pc[0],
                      "pc_min_us": m_pc[1], "pc_max_us": m_pc[2],
-                     "ratio": m_pc[0] / m_mpi[0], "iters": iters})
-    emit(rows, ["size", "algorithm", "mpi_avg_us", "pc_avg_us", "pc_min_us",
-                "pc_max_us", "ratio"], args,
-         f"allreduce sweep: {comm.size} ranks, {dtype}, host buffers, "
-         f"ratio = partialcoll / MPI_Allreduce ({MPI.Get_library_version().splitlines()[0]})",
-         comm)
+                     "ratio": m_pc[0] / m_mpi[0], "iters": iters,
+                     "device": bufs.device, "nccl_avg_us": m_nccl[0],
+                     "nccl_ratio": m_pc[0] / m_nccl[0],
+                     "pc_GBps": x.nbytes / m_pc[0] / 1e3,
+                     "mpi_GBps": x.nbytes / m_mpi[0] / 1e3})
+    cols = ["size", "algorithm", "mpi_avg_us", "pc_avg_us", "pc_min_us",
+            "pc_max_us", "ratio"]
+    where = "host buffers"
+    if bufs.device != "host":
+        cols += ["pc_GBps", "mpi_GBps"] + (["nccl_avg_us", "nccl_ratio"]
+                                           if nccl else [])
+        where = (f"partialcoll on {bufs.device} buffers ({pc.gpu_path()} "
+                 f"MPI path), MPI_Allreduce on host buffers"
+                 + (f"; {bufs.nccl_note}" if bufs.nccl_note and
+                    bufs.device == "gpu" else ""))
+    emit(rows, cols, args,
+         f"allreduce sweep: {comm.size} ranks, {dtype}, {where}; "
+         f"ratio = partialcoll / MPI_Allreduce, nccl_ratio = partialcoll / "
+         f"NCCL ({MPI.Get_library_version().splitlines()[0]})", comm)
     return rows
 
 

@@ -16,7 +16,7 @@ what synchronous SGD applies, only at different steps.
 import numpy as np
 from mpi4py import MPI
 
-from .. import _comm
+from .. import _comm, _device
 from .._buffers import as_array
 from .._errors import ScheduleError
 from ..collectives.allreduce import allreduce
@@ -75,11 +75,11 @@ def check_mode(mode, size):
 class _Bucket:
     """A fused buffer for some of the gradients, and its collective."""
 
-    def __init__(self, dtype, members):
+    def __init__(self, dtype, members, mem):
         self.dtype = np.dtype(dtype)
         self.members = members              # [(index, offset, size, shape)]
         self.size = sum(m[2] for m in members)
-        self.send = np.zeros(self.size, self.dtype)
+        self.send = mem.full(self.size, 0, self.dtype)
         self.coll = None                    # the partial allreduce object
 
 
@@ -88,7 +88,9 @@ class EagerAverager:
 
     Args:
         templates: one array (or ``(shape, dtype)`` pair) per gradient, in an
-            order that is the same on every rank.
+            order that is the same on every rank.  Device (CuPy) arrays keep
+            the whole exchange on that GPU: gradients must then be device
+            arrays there too, and the averages come back as device arrays.
         mode: ``"solo"`` (wait-free: the first rank to arrive starts the
             round), ``"majority"`` (a randomly drawn rank starts it, so on
             average half the ranks are fresh), an integer k (quorum: at least
@@ -104,10 +106,12 @@ class EagerAverager:
         bucket_bytes: split the fused buffer into buckets of about this many
             bytes, one partial allreduce each (never splitting a gradient);
             ``"solo"`` and ``"sync"`` only.  None: one buffer.  The buffer
-            has the widest gradient dtype (float16 and float32 gradients
-            travel as float32) and results come back in that dtype.
+            has the widest gradient dtype, at least float32 (float16
+            gradients travel as float32), and results come back in it.
         seed: majority mode's seed for drawing initiators.
         names: a name per gradient, used in error messages.
+        device: a device (CuPy) array on the GPU the buffers should live on,
+            for ``(shape, dtype)`` templates; device templates imply it.
 
     Creating, :meth:`flush` and :meth:`close` are collective over ``comm``.
     """
@@ -115,7 +119,7 @@ class EagerAverager:
     _created = 0
 
     def __init__(self, templates, mode="solo", sync_every=None, comm=None,
-                 bucket_bytes=None, seed=0, names=None):
+                 bucket_bytes=None, seed=0, names=None, device=None):
         comm = MPI.COMM_WORLD if comm is None else comm
         if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
             raise ScheduleError(f"comm must be an mpi4py communicator, "
@@ -135,6 +139,9 @@ class EagerAverager:
             raise ScheduleError("bucket_bytes works with 'solo' and 'sync' "
                                 "modes only: separate majority/quorum rounds "
                                 "per bucket can wait on each other forever")
+        templates = list(templates)
+        self._mem, self._device = _memory_of(
+            templates + ([] if device is None else [device]))
         specs = [_spec(t) for t in templates]
         if not specs:
             raise ScheduleError("nothing to average: no gradients given")
@@ -146,7 +153,7 @@ class EagerAverager:
         self.sync_every = None if sync_every is None else int(sync_every)
         self._check_same_everywhere(comm, bucket_bytes, seed)
         self.comm = _comm.dup(comm)
-        self._buckets = _plan_buckets(specs, bucket_bytes)
+        self._buckets = _plan_buckets(specs, bucket_bytes, self._mem)
         if self.mode not in SYNC_MODES:
             kw = {"comm": self.comm, "sync_every": self.sync_every}
             for b in self._buckets:
@@ -168,6 +175,7 @@ class EagerAverager:
     def _check_same_everywhere(self, comm, bucket_bytes, seed):
         mine = {"gradients": [(n, s, d.str) for n, (s, d) in
                               zip(self.names, self.specs)],
+                "memory": self._mem.name,
                 "mode": self.mode, "sync_every": self.sync_every,
                 "bucket_bytes": bucket_bytes, "seed": seed}
         everyone, bad = _comm.disagreements(comm, mine)
@@ -192,16 +200,18 @@ class EagerAverager:
             raise ScheduleError(f"expected {len(self.specs)} gradients, got "
                                 f"{len(grads)}")
         for b in self._buckets:
-            _pack(b, grads, self.specs, self.names)
+            _pack(b, grads, self.specs, self.names, self._mem, self._device)
         self.steps += 1
         if self.mode in SYNC_MODES:
             out = []
             for b in self._buckets:
-                r = np.empty_like(b.send)
                 if self.mode == "sync":
+                    r = self._mem.empty(b.size, b.dtype)
                     allreduce(b.send, r, comm=self.comm)
-                else:
-                    self.comm.Allreduce(b.send, r, op=MPI.SUM)
+                else:           # MPI_Allreduce, on a host copy for devices
+                    r = self._mem.host(b.send).copy()
+                    self.comm.Allreduce(MPI.IN_PLACE, r, op=MPI.SUM)
+                    r = self._mem.from_host(r)
                 out.append(r)
             info = StepInfo(self.steps, self.size, True, 1, self.steps - 1)
         else:
@@ -230,7 +240,8 @@ class EagerAverager:
             return None
         res = [b.coll.flush() for b in self._buckets]
         out = [r.data.reshape(-1) for r in res]
-        anything = int(any(r.rounds and np.any(d != 0)
+        xp = self._mem.xp
+        anything = int(any(r.rounds and bool(xp.any(d != 0))
                            for r, d in zip(res, out)))
         if not self.comm.allreduce(anything, op=MPI.MAX):
             return None
@@ -284,8 +295,28 @@ class EagerAverager:
         self.close()
 
 
+def _memory_of(templates):
+    """(memory backend, device id) of the template arrays: all host, or all
+    on one device."""
+    found = {(_device.backend_of(t), _device.backend_of(t) and
+              _device.backend_of(t).device_id(t))
+             for t in templates if not _is_spec(t)}
+    if len(found) > 1:
+        raise ScheduleError("gradient templates mix host and device memory "
+                            "(or devices): keep them in one place")
+    be, dev = found.pop() if found else (None, None)
+    return be or _device.HOST, dev
+
+
+def _is_spec(t):
+    return isinstance(t, tuple) and len(t) == 2 and \
+        not isinstance(t[0], np.ndarray)
+
+
 def _spec(t):
-    if isinstance(t, tuple) and len(t) == 2 and not isinstance(t[0], np.ndarray):
+    if _device.backend_of(t) is not None:
+        shape, dtype = t.shape, np.dtype(t.dtype)
+    elif _is_spec(t):
         shape, dtype = t
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
         dtype = np.dtype(dtype)
@@ -297,29 +328,38 @@ def _spec(t):
     return tuple(int(s) for s in shape), dtype
 
 
-def _plan_buckets(specs, bucket_bytes):
-    """One fused buffer in the widest gradient dtype, split into buckets of
-    about ``bucket_bytes`` at gradient boundaries (None: one bucket)."""
-    dtype = np.result_type(*[d for _, d in specs])
+def _plan_buckets(specs, bucket_bytes, mem):
+    """One fused buffer in the widest gradient dtype (at least float32: MPI
+    has no float16), split into buckets of about ``bucket_bytes`` at
+    gradient boundaries (None: one bucket)."""
+    dtype = np.result_type(np.float32, *[d for _, d in specs])
     buckets, cur, off = [], [], 0
     for i, (shape, _) in enumerate(specs):
         n = int(np.prod(shape, dtype=np.int64))
         if cur and bucket_bytes and (off + n) * dtype.itemsize > bucket_bytes:
-            buckets.append(_Bucket(dtype, cur))
+            buckets.append(_Bucket(dtype, cur, mem))
             cur, off = [], 0
         cur.append((i, off, n, shape))
         off += n
-    buckets.append(_Bucket(dtype, cur))
+    buckets.append(_Bucket(dtype, cur, mem))
     return buckets
 
 
-def _pack(b, grads, specs, names):
+def _pack(b, grads, specs, names, mem, device):
     for i, off, n, shape in b.members:
         g = grads[i]
         if g is None:
             b.send[off:off + n] = 0
             continue
-        a = g if isinstance(g, np.ndarray) else as_array(g, names[i])
+        be = _device.backend_of(g)
+        if (be or _device.HOST) is not mem or \
+                (be is not None and be.device_id(g) != device):
+            where = "host memory" if mem is _device.HOST else \
+                f"{mem.name} device {device}"
+            raise ScheduleError(f"gradient {names[i]} must be in {where}, "
+                                f"like the templates; got {type(g).__name__}")
+        a = g if be is not None or isinstance(g, np.ndarray) else \
+            as_array(g, names[i])
         if a.size != n:
             raise ScheduleError(f"gradient {names[i]} has {a.size} elements, "
                                 f"expected {n} (shape {shape})")

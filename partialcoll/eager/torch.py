@@ -11,9 +11,13 @@
     opt.flush()                   # every pending gradient applied everywhere
     pct.synchronize_model(model)  # average the weights across ranks
 
-Gradients travel through a host buffer: CPU tensors are used in place;
-tensors on another device are copied to the host and back (correct, not
-fast; see the README's GPU section).
+Gradients of CPU tensors are used in place.  When every parameter is on one
+CUDA device and CuPy is installed, ``EagerOptimizer`` keeps the exchange on
+that GPU: gradients go to CuPy through DLPack (no copy), the reductions run
+on the GPU, and MPI gets device memory (CUDA-aware) or pinned host copies
+(staged), see :mod:`partialcoll._device`.  Otherwise, and in ``EagerHook``,
+``broadcast_parameters`` and ``synchronize_model``, device tensors are
+copied to the host and back.
 """
 import collections
 import weakref
@@ -39,6 +43,19 @@ def _np_dtype(t, name):
                             f"only") from None
 
 
+def _gpu_of(named):
+    """The CUDA device every parameter lives on, when CuPy is there to keep
+    the exchange on it; else None (gradients go through host memory)."""
+    devices = {p.device for _, p in named}
+    if len(devices) != 1 or next(iter(devices)).type != "cuda":
+        return None
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        return None
+    return next(iter(devices))
+
+
 def _host_view(t):
     """A NumPy array with ``t``'s data: a view for a contiguous CPU tensor,
     else a host copy."""
@@ -52,7 +69,8 @@ def _host_view(t):
 def _set_grads(named, averaged):
     """Set each parameter's .grad to its averaged gradient (a host array)."""
     for (_, p), g in zip(named, averaged):
-        t = torch.from_numpy(g)
+        t = torch.from_numpy(g) if isinstance(g, np.ndarray) else \
+            torch.from_dlpack(g)
         if p.grad is None:
             p.grad = t.to(device=p.device, dtype=p.dtype, copy=True)
         else:
@@ -104,9 +122,14 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         super().__init__(optimizer.param_groups, optimizer.defaults)
         self.param_groups = optimizer.param_groups
         self.state = optimizer.state
+        self._gpu, device = _gpu_of(self._named), None
+        if self._gpu is not None:
+            import cupy
+            with cupy.cuda.Device(self._gpu.index):
+                device = cupy.empty(0)
         self.averager = EagerAverager(templates, mode, sync_every, comm,
                                       bucket_bytes, seed,
-                                      [n for n, _ in self._named])
+                                      [n for n, _ in self._named], device)
         _OPTIMIZERS.add(self)
         self._ready = True
 
@@ -135,11 +158,26 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self._gpu is not None:
+            self._step_on_gpu()
+            return loss
         grads = [None if p.grad is None else _host_view(p.grad)
                  for _, p in self._named]
         averaged, _ = self.averager.reduce(grads)
         self._apply(averaged)
         return loss
+
+    def _step_on_gpu(self):
+        """Gradients to CuPy by DLPack, on torch's current stream."""
+        import cupy
+        stream = torch.cuda.current_stream(self._gpu).cuda_stream
+        with cupy.cuda.Device(self._gpu.index), \
+                cupy.cuda.ExternalStream(stream, self._gpu.index):
+            grads = [None if p.grad is None else
+                     cupy.from_dlpack(p.grad.detach().contiguous())
+                     for _, p in self._named]
+            averaged, _ = self.averager.reduce(grads)
+            self._apply(averaged)
 
     @property
     def mode(self):
