@@ -182,14 +182,18 @@ class _CupyBackend:
             from . import _kernels
             from .ops import OPS, dtype_code
             table = np.zeros(_C["NDTYPES"] * _C["NREDOPS"], np.int64)
+            keep = []           # the compiled functions must outlive us
             with self.xp.cuda.Device(device_id):
                 mod = self.xp.RawModule(code=_kernels.source(),
                                         options=("-std=c++11",))
                 for op, dt in _kernels.kernel_pairs():
-                    f = mod.get_function(_kernels.kernel_name(op, dt))
+                    # a RawKernel; .kernel is the cupy.cuda.Function compiled
+                    # for the current device, .ptr its CUfunction
+                    f = mod.get_function(_kernels.kernel_name(op, dt)).kernel
+                    keep.append(f)
                     table[dtype_code(dt) * _C["NREDOPS"] + OPS[op].code] = f.ptr
-            self._kernels[device_id] = (mod, table.tobytes())
-        return self._kernels[device_id][1]
+            self._kernels[device_id] = (mod, keep, table.tobytes())
+        return self._kernels[device_id][2]
 
     def wait_for_caller(self, stream):
         ev = self.xp.cuda.Event(block=False, disable_timing=True)
