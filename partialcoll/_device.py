@@ -262,6 +262,19 @@ def cupy_backend():
     return backend_of(cupy.empty(0))
 
 
+def check_place(x, mem, device, what, like):
+    """The backend of ``x`` (None for host data) after checking that ``x``
+    lives where ``mem``/``device`` say (HOST, or a backend and device id);
+    ``like`` names what fixed that place, for the error."""
+    backend = backend_of(x)
+    if (backend or HOST) is not mem or \
+            (backend is not None and backend.device_id(x) != device):
+        where = "host memory" if mem is HOST else f"{mem.name} device {device}"
+        raise ScheduleError(f"{what} must be in {where}, like {like}; got "
+                            f"{type(x).__name__}")
+    return backend
+
+
 def flat(backend, x, what="buffer"):
     """A 1-D view of the device array ``x`` (C-contiguous required)."""
     if not x.flags.c_contiguous:

@@ -486,13 +486,8 @@ def quiesce_all():
 
 def _flat(buf, what, mem, device, owner):
     """A 1-D view of `buf`, which must live where the object's buffers do."""
-    backend = _device.backend_of(buf)
-    if (backend or _device.HOST) is not mem or \
-            (backend is not None and backend.device_id(buf) != device):
-        where = "host memory" if mem is _device.HOST else \
-            f"{mem.name} device {device}"
-        raise ScheduleError(f"{what} must be in {where}, like this {owner}'s "
-                            f"buffers; got {type(buf).__name__}")
+    backend = _device.check_place(buf, mem, device, what,
+                                  f"this {owner}'s buffers")
     return as_array(buf, what) if backend is None else \
         _device.flat(backend, buf, what)
 

@@ -351,13 +351,8 @@ def _pack(b, grads, specs, names, mem, device):
         if g is None:
             b.send[off:off + n] = 0
             continue
-        be = _device.backend_of(g)
-        if (be or _device.HOST) is not mem or \
-                (be is not None and be.device_id(g) != device):
-            where = "host memory" if mem is _device.HOST else \
-                f"{mem.name} device {device}"
-            raise ScheduleError(f"gradient {names[i]} must be in {where}, "
-                                f"like the templates; got {type(g).__name__}")
+        be = _device.check_place(g, mem, device, f"gradient {names[i]}",
+                                 "the templates")
         a = g if be is not None or isinstance(g, np.ndarray) else \
             as_array(g, names[i])
         if a.size != n:
