@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(PC_NDTYPES <= 16 && PC_NREDOPS <= 10,
+               "pc_devq.kernels is too small for the dtype/op tables");
+
 #define QFAIL(q, ...)                                           \
     do {                                                        \
         snprintf((q)->err, sizeof((q)->err), __VA_ARGS__);      \

@@ -30,7 +30,7 @@ import sys
 import numpy as np
 
 from . import _core, _env
-from ._errors import DeviceError, ScheduleError
+from ._errors import ScheduleError
 
 _C = _core.constants()
 PATHS = ("auto", "cuda-aware", "staged")
@@ -250,16 +250,6 @@ def backend_of(x):
             _cupy_backend = _CupyBackend(cupy)
         return _cupy_backend
     return None
-
-
-def cupy_backend():
-    """The CuPy backend; a clear error when CuPy is not installed."""
-    try:
-        import cupy
-    except ImportError:
-        raise DeviceError("device buffers need CuPy: pip install "
-                          "'partialcoll[cuda]' (or your cupy-cudaXXx)") from None
-    return backend_of(cupy.empty(0))
 
 
 def check_place(x, mem, device, what, like):

@@ -59,7 +59,7 @@ def _make(impl, comm, count, k, bufs):
     """(call, partial object or None); call(x) runs one collective."""
     y = np.empty(count, np.float32)
     if impl == "MPI_Allreduce":
-        return (lambda x: comm.Allreduce(bufs.host(x), y)), None
+        return (lambda x: comm.Allreduce(x, y)), None
     y = bufs.array(y)
     if impl == "allreduce":
         return (lambda x: pc.allreduce(x, y, comm=comm)), None

@@ -20,6 +20,7 @@ on the GPU, and MPI gets device memory (CUDA-aware) or pinned host copies
 copied to the host and back.
 """
 import collections
+import importlib.util
 import weakref
 
 import numpy as np
@@ -49,11 +50,7 @@ def _gpu_of(named):
     devices = {p.device for _, p in named}
     if len(devices) != 1 or next(iter(devices)).type != "cuda":
         return None
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        return None
-    return next(iter(devices))
+    return next(iter(devices)) if importlib.util.find_spec("cupy") else None
 
 
 def _host_view(t):
