@@ -60,10 +60,13 @@ class BuildExt(build_ext):
 
 ext = Extension(
     "partialcoll._core",
-    sources=[f"csrc/{f}" for f in ("pc_module.c", "pc_sched.c",
-                                   "pc_engine.c", "pc_transport.c",
-                                   "pc_types.c", "pc_device.c")],
-    depends=["csrc/pc_sched.h", "csrc/pc_device.h"],
+    sources=[f"csrc/{f}" for f in (
+        "pc_module.c", "pc_pysched.c", "pc_sched.c", "pc_round.c",
+        "pc_engine.c", "pc_wire.c", "pc_transport_mpi.c", "pc_netem.c",
+        "pc_timeline.c", "pc_types.c", "pc_device.c")],
+    depends=[f"csrc/{f}" for f in ("pc_sched.h", "pc_device.h",
+                                    "pc_transport.h", "pc_engine_int.h",
+                                    "pc_module.h")],
     extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-missing-braces",
                         "-D_GNU_SOURCE"],
     # site-packages/partialcoll -> <prefix>/lib, where the mpich wheel lives

@@ -1,154 +1,394 @@
-/* pc_engine.c -- the progress thread.
+/* pc_engine.c -- the progress engine: one thread, work lists, timers,
+ * waiting, and the lifecycle of schedules.
  *
  * Design constraints, in order:
  *  1. Never touch Python: the thread runs plain C and never holds the GIL.
- *  2. Never block inside the loop: requests are tested, never waited on.
- *  3. Burn no CPU when nothing is active: with no schedule posted the thread
- *     sleeps on a condition variable.  While schedules wait on the network it
- *     polls with exponential back-off (a timed condition wait, so a post or a
- *     fire wakes it at once).  On an oversubscribed machine a spinning thread
- *     steals the core from ranks that have work.
- *  4. A blocking wait drives progress itself: the waiting application thread
- *     (GIL released) takes the progress lock and sweeps, while the background
- *     thread parks.  No hand-off between threads on the latency path.
- *  5. Locks: `mtx` protects the active list and wake-ups and is held only to
- *     touch them; `prog` serialises sweeps (the executor state of every
- *     schedule).  Lock order: prog, then mtx.
- *  6. Shut down with a flag and a join; pending requests are cancelled, never
- *     left for MPI_Finalize to complain about.
+ *  2. Never block inside the loop: messages are tested, never waited on.
+ *  3. Cost follows work, not open objects.  A sweep tests the transport once
+ *     (pc_wire.c) and visits only the schedules that have something to do:
+ *     those the application posted, fired, unlocked or opened a gate of (the
+ *     inbox), those a completion or a timer concerns (the work list), and
+ *     those with device work or a deferred locked op (the poll list).
+ *  4. Burn no CPU when nothing is active: with nothing outstanding the thread
+ *     sleeps on a condition variable; with only timers it sleeps until the
+ *     earliest; with round-bound messages in flight it polls with
+ *     exponential back-off capped at PARTIALCOLL_POLL_MAX_US (100 us); with
+ *     only long-lived receives (the control channel) the cap grows with the
+ *     time since anything happened, up to PARTIALCOLL_IDLE_MAX_US (2 ms).
+ *  5. A blocking wait drives progress itself: the waiting application thread
+ *     (GIL released) takes the progress lock and sweeps while the thread
+ *     parks, so the latency path has no hand-off between threads.
+ *  6. Locks: `prog` serialises sweeps (all executor state, the transport,
+ *     timers, gates); `mtx` protects the inbox and wake-ups and is held only
+ *     to touch them; a schedule's fire_mtx guards its fire and gate lists.
+ *     Order: prog, then mtx, then fire_mtx.  The data lock of a schedule is
+ *     only ever tried by the progress side.
+ *  7. Shut down with a flag and a join.  Receives are cancelled (local);
+ *     sends are never cancelled: shutdown drains them for a bounded time.
  */
-#include "pc_sched.h"
+#include "pc_engine_int.h"
 
-#include <errno.h>
+#include <math.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+typedef struct {
+    double when;
+    pc_sched *s;
+    int op;
+    uint32_t gen;
+    uint64_t round;
+} timer;
 
 static struct {
     pthread_mutex_t mtx, prog;
-    pthread_cond_t cv;
-    pc_sched *head;
+    pthread_cond_t cv, gcv;
+    pc_sched *inbox;                     /* mtx */
+    pc_sched *work, *work_tail, *polled; /* prog */
+    timer *timers;                       /* prog: heap by `when` */
+    int ntimers, captimers;
     pthread_t thread;
     int started, shutdown;
     _Atomic int drivers;
-    pc_sched **snap;
-    int capsnap;
-} E = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
-       PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0, 0, NULL, 0};
+    _Atomic int quiet;                   /* last sweep: nothing outstanding */
+    double last_event;
+} E = {.mtx = PTHREAD_MUTEX_INITIALIZER, .prog = PTHREAD_MUTEX_INITIALIZER};
 
 _Atomic int pc_engine_thread_running = 0;
-static long poll_max_us = -1;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static long poll_max_us = 100, idle_max_us = 2000;
 
-static long max_backoff_us(void)
+static long env_us(const char *name, long dflt)
 {
-    if (poll_max_us < 0) {
-        const char *v = getenv("PARTIALCOLL_POLL_MAX_US");
-        long x = v ? atol(v) : 100;
-        poll_max_us = x > 0 ? x : 1;
-    }
-    return poll_max_us;
+    const char *v = getenv(name);
+    long x = v ? atol(v) : dflt;
+    return x > 0 ? x : dflt;
 }
 
-static double now(void)
+static void init_once(void)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&E.cv, &a);
+    pthread_cond_init(&E.gcv, &a);
+    pthread_condattr_destroy(&a);
+    poll_max_us = env_us("PARTIALCOLL_POLL_MAX_US", 100);
+    idle_max_us = env_us("PARTIALCOLL_IDLE_MAX_US", 2000);
+    if (idle_max_us < poll_max_us)
+        idle_max_us = poll_max_us;
+    pthread_mutex_lock(&E.prog);
+    pc_wire_init();
+    E.last_event = pc_now();
+    pthread_mutex_unlock(&E.prog);
+}
+
+static void timed_wait(pthread_cond_t *cv, double us)    /* mtx held */
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+    long ns = (long)(us * 1000.0);
+    ts.tv_sec += ns / 1000000000L;
+    ts.tv_nsec += ns % 1000000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cv, &E.mtx, &ts);
 }
 
-static void list_remove(pc_sched *s)   /* mtx held */
+void pc_engine_mark_event(void) { E.last_event = pc_now(); }
+
+/* ---- lists (prog held) */
+void pc_engine_queue(pc_sched *s)
 {
-    for (pc_sched **p = &E.head; *p; p = &(*p)->next)
+    if (s->on_work || s->cleaned)
+        return;
+    s->on_work = 1;
+    s->work_next = NULL;
+    if (E.work_tail)
+        E.work_tail->work_next = s;
+    else
+        E.work = s;
+    E.work_tail = s;
+}
+
+static void unlink_all(pc_sched *s)      /* prog held */
+{
+    pthread_mutex_lock(&E.mtx);
+    for (pc_sched **p = &E.inbox; *p; p = &(*p)->inbox_next)
         if (*p == s) {
-            *p = s->next;
+            *p = s->inbox_next;
             break;
         }
-    s->next = NULL;
-    s->active = 0;
+    s->on_inbox = 0;
+    pthread_mutex_unlock(&E.mtx);
+    pc_sched *prev = NULL;
+    for (pc_sched *x = E.work; x; prev = x, x = x->work_next)
+        if (x == s) {
+            if (prev)
+                prev->work_next = s->work_next;
+            else
+                E.work = s->work_next;
+            if (E.work_tail == s)
+                E.work_tail = prev;
+            break;
+        }
+    s->on_work = 0;
+    for (pc_sched **p = &E.polled; *p; p = &(*p)->poll_next)
+        if (*p == s) {
+            *p = s->poll_next;
+            break;
+        }
+    s->on_poll = 0;
 }
 
-/* One pass over every active schedule.  Caller holds `prog`. */
-static int sweep_all(void)
+void pc_engine_notify(pc_sched *s)
 {
-    int n = 0, progressed = 0;
     pthread_mutex_lock(&E.mtx);
-    for (pc_sched *s = E.head; s; s = s->next)
+    if (!s->on_inbox) {
+        s->on_inbox = 1;
+        s->inbox_next = E.inbox;
+        E.inbox = s;
+    }
+    pthread_cond_signal(&E.cv);
+    pthread_mutex_unlock(&E.mtx);
+}
+
+static void take_inbox(void)             /* prog held */
+{
+    pthread_mutex_lock(&E.mtx);
+    pc_sched *s = E.inbox;
+    E.inbox = NULL;
+    pthread_mutex_unlock(&E.mtx);
+    while (s) {
+        pc_sched *nx = s->inbox_next;
+        s->on_inbox = 0;
+        pc_engine_queue(s);
+        s = nx;
+    }
+}
+
+/* ---- timers: a heap by `when` (prog held) */
+static void timer_sift_up(int k)
+{
+    timer x = E.timers[k];
+    while (k > 0) {
+        int up = (k - 1) / 2;
+        if (E.timers[up].when <= x.when)
+            break;
+        E.timers[k] = E.timers[up];
+        k = up;
+    }
+    E.timers[k] = x;
+}
+
+static void timer_sift_down(int k)
+{
+    timer x = E.timers[k];
+    for (;;) {
+        int c = 2 * k + 1;
+        if (c >= E.ntimers)
+            break;
+        if (c + 1 < E.ntimers && E.timers[c + 1].when < E.timers[c].when)
+            c++;
+        if (x.when <= E.timers[c].when)
+            break;
+        E.timers[k] = E.timers[c];
+        k = c;
+    }
+    E.timers[k] = x;
+}
+
+int pc_engine_add_timer(pc_sched *s, int op, double when)
+{
+    if (E.ntimers == E.captimers) {
+        int cap = E.captimers ? 2 * E.captimers : 64;
+        timer *t = pc_realloc(E.timers, (size_t)cap * sizeof(timer));
+        if (!t) {
+            pc_sched_set_error(s, PC_ENOMEM, "out of memory adding a timer "
+                               "for op %d", op);
+            return PC_ENOMEM;
+        }
+        E.timers = t;
+        E.captimers = cap;
+    }
+    E.timers[E.ntimers] = (timer){when, s, op, s->ops[op].tgen, s->round};
+    timer_sift_up(E.ntimers++);
+    return PC_OK;
+}
+
+static void remove_timers(pc_sched *s)
+{
+    int keep = 0;
+    for (int k = 0; k < E.ntimers; k++)
+        if (E.timers[k].s != s)
+            E.timers[keep++] = E.timers[k];
+    E.ntimers = keep;
+    for (int k = E.ntimers / 2 - 1; k >= 0; k--)
+        timer_sift_down(k);
+}
+
+static int fire_timers(double now)
+{
+    int n = 0;
+    while (E.ntimers > 0 && E.timers[0].when <= now) {
+        timer t = E.timers[0];
+        E.timers[0] = E.timers[--E.ntimers];
+        if (E.ntimers)
+            timer_sift_down(0);
+        pc_sched_on_timer(t.s, t.op, t.round, t.gen);
         n++;
-    if (n > E.capsnap) {
-        pc_sched **p = realloc(E.snap, (size_t)n * 2 * sizeof(*p));
-        if (!p) {
-            pthread_mutex_unlock(&E.mtx);
-            return 0;
-        }
-        E.snap = p;
-        E.capsnap = n * 2;
     }
-    n = 0;
-    for (pc_sched *s = E.head; s; s = s->next)
-        E.snap[n++] = s;
-    pthread_mutex_unlock(&E.mtx);
-
-    for (int k = 0; k < n; k++) {
-        int r = pc_sched_progress(E.snap[k]);
-        if (r != 0)
-            progressed = 1;
-    }
-    pthread_mutex_lock(&E.mtx);
-    for (int k = 0; k < n; k++) {
-        pc_sched *s = E.snap[k];
-        if (atomic_load(&s->error) != PC_OK) {
-            pc_sched_cancel_all(s);
-            list_remove(s);
-        } else if (!s->persistent && !s->armed &&
-                   atomic_load(&s->posted) == s->round) {
-            list_remove(s);   /* idle until the next post */
-        }
-    }
-    pthread_mutex_unlock(&E.mtx);
-    return progressed;
+    return n;
 }
 
-static void timed_wait_us(long us)    /* mtx held */
+/* ---- sweeping (prog held) */
+static void on_error(pc_sched *s)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += us * 1000;
-    ts.tv_sec += ts.tv_nsec / 1000000000;
-    ts.tv_nsec %= 1000000000;
-    pthread_cond_timedwait(&E.cv, &E.mtx, &ts);
+    pc_sched_stop(s);
+    remove_timers(s);
+    pthread_mutex_lock(&E.mtx);
+    pthread_cond_broadcast(&E.gcv);
+    pthread_mutex_unlock(&E.mtx);
+}
+
+static int run_work(void)
+{
+    int n = 0;
+    pc_sched *s = E.work;
+    E.work = E.work_tail = NULL;
+    while (s) {
+        pc_sched *nx = s->work_next;
+        s->on_work = 0;
+        if (!s->registered && s->nsrecv && !s->cleaned &&
+            atomic_load(&s->error) == PC_OK &&
+            pc_engine_register_stamped(s) != PC_OK)
+            pc_sched_set_error(s, PC_EMPI, "cannot open the control channel "
+                               "for round-stamped messages");
+        int r = atomic_load(&s->error) == PC_OK ? pc_sched_progress(s) : -1;
+        if (r < 0) {
+            on_error(s);
+        } else {
+            n += r;
+            if ((s->ndev || s->lock_deferred) && !s->on_poll) {
+                s->on_poll = 1;
+                s->poll_next = E.polled;
+                E.polled = s;
+            }
+            if (s->again)
+                pc_engine_queue(s);
+        }
+        s = nx;
+    }
+    return n;
+}
+
+static int run_polled(void)
+{
+    int n = 0;
+    for (pc_sched **p = &E.polled; *p;) {
+        pc_sched *s = *p;
+        if (s->ndev) {
+            int r = pc_sched_test_device(s);
+            if (r < 0) {
+                on_error(s);
+            } else if (r > 0) {
+                n += r;
+                pc_engine_queue(s);
+            }
+        }
+        if (s->lock_deferred)
+            pc_engine_queue(s);        /* try the data lock again */
+        if (!s->ndev && !s->lock_deferred) {
+            *p = s->poll_next;
+            s->on_poll = 0;
+        } else {
+            p = &s->poll_next;
+        }
+    }
+    return n;
+}
+
+static int sweep(void)
+{
+    int n = 0;
+    take_inbox();
+    n += run_work();
+    n += pc_wire_poll();
+    n += fire_timers(pc_now());
+    n += run_polled();
+    n += run_work();
+    if (n)
+        pc_engine_mark_event();
+    atomic_store(&E.quiet, !E.work && !E.polled && E.ntimers == 0 &&
+                               pc_wire_outstanding() == 0);
+    return n;
+}
+
+/* How long to pause after `idle` sweeps without progress, in microseconds
+ * (0: just yield; HUGE_VAL: until woken).  prog held. */
+static double pause_us(long idle)
+{
+    double now = pc_now(), until = HUGE_VAL, us;
+    if (E.work)
+        return 0;
+    double next = E.ntimers ? E.timers[0].when : HUGE_VAL;
+    double tp = pc_wire_next_poll();
+    if (tp < next)
+        next = tp;
+    if (next < HUGE_VAL)
+        until = next > now ? (next - now) * 1e6 : 0;
+    double backoff = idle < 8 ? 0 : (double)(1L << (idle - 8 < 20 ? idle - 8
+                                                                    : 20));
+    if (backoff > poll_max_us)
+        backoff = poll_max_us;
+    if (pc_wire_hot() > 0 || E.polled) {
+        us = backoff;
+    } else if (pc_wire_outstanding() > 0) {
+        double since = (now - E.last_event) * 1e6 / 64;
+        us = backoff > since ? backoff : since;
+        if (us > idle_max_us)
+            us = idle_max_us;
+    } else {
+        us = HUGE_VAL;
+    }
+    return us < until ? us : until;
 }
 
 static void *progress_main(void *arg)
 {
     (void)arg;
-    int idle = 0;
+    long idle = 0;
     pthread_mutex_lock(&E.mtx);
     while (!E.shutdown) {
-        if (!E.head) {                       /* nothing active: sleep */
-            pthread_cond_wait(&E.cv, &E.mtx);
-            idle = 0;
-            continue;
-        }
         if (atomic_load(&E.drivers) > 0) {   /* a waiter drives: park */
-            timed_wait_us(1000);
+            timed_wait(&E.cv, 1000);
             idle = 0;
             continue;
         }
         pthread_mutex_unlock(&E.mtx);
         pthread_mutex_lock(&E.prog);
-        int p = sweep_all();
+        int p = sweep();
+        double us = p ? 0 : pause_us(idle + 1);
         pthread_mutex_unlock(&E.prog);
         pthread_mutex_lock(&E.mtx);
-        if (p) {
+        if (p || E.inbox) {
             idle = 0;
-        } else if (++idle < 8) {
+            continue;
+        }
+        idle++;
+        if (us <= 0) {
             pthread_mutex_unlock(&E.mtx);
             sched_yield();
             pthread_mutex_lock(&E.mtx);
+        } else if (us == HUGE_VAL) {
+            pthread_cond_wait(&E.cv, &E.mtx);
+            idle = 0;
         } else {
-            long us = 1L << (idle - 8 < 20 ? idle - 8 : 20);
-            long cap = max_backoff_us();
-            timed_wait_us(us < cap ? us : cap);
+            timed_wait(&E.cv, us);
         }
     }
     pthread_mutex_unlock(&E.mtx);
@@ -167,22 +407,15 @@ void pc_engine_wake(void)
 int pc_engine_post(pc_sched *s, int wake)
 {
     int rc = PC_OK;
+    pthread_once(&once, init_once);
     pthread_mutex_lock(&E.mtx);
     if (E.shutdown) {
         rc = PC_EINVAL;
         goto out;
     }
-    if (s->persistent) {
-        if (atomic_load(&s->posted)) {
-            rc = PC_EBUSY;
-            goto out;
-        }
-    }
-    atomic_fetch_add(&s->posted, 1);
-    if (!s->active) {
-        s->active = 1;
-        s->next = E.head;
-        E.head = s;
+    if (s->persistent && atomic_load(&s->posted)) {
+        rc = PC_EBUSY;
+        goto out;
     }
     if (!E.started) {
         if (pthread_create(&E.thread, NULL, progress_main, NULL) != 0) {
@@ -192,11 +425,41 @@ int pc_engine_post(pc_sched *s, int wake)
         E.started = 1;
         atomic_store(&pc_engine_thread_running, 1);
     }
+    atomic_fetch_add(&s->posted, 1);
+    if (!s->on_inbox) {
+        s->on_inbox = 1;
+        s->inbox_next = E.inbox;
+        E.inbox = s;
+    }
     if (wake)
         pthread_cond_signal(&E.cv);
 out:
     pthread_mutex_unlock(&E.mtx);
     return rc;
+}
+
+static int push_sfire(pc_sched *s, int op, uint64_t round)
+{
+    pthread_mutex_lock(&s->fire_mtx);
+    if (s->nsfire == s->capsfire) {
+        int cap = s->capsfire ? 2 * s->capsfire : 8;
+        uint64_t *r = pc_realloc(s->sfire_round, cap * sizeof(uint64_t));
+        if (r)
+            s->sfire_round = r;
+        int *o = pc_realloc(s->sfire_op, cap * sizeof(int));
+        if (o)
+            s->sfire_op = o;
+        if (!r || !o) {
+            pthread_mutex_unlock(&s->fire_mtx);
+            return PC_ENOMEM;
+        }
+        s->capsfire = cap;
+    }
+    s->sfire_round[s->nsfire] = round;
+    s->sfire_op[s->nsfire] = op;
+    atomic_fetch_add(&s->nsfire, 1);
+    pthread_mutex_unlock(&s->fire_mtx);
+    return PC_OK;
 }
 
 int pc_engine_fire(pc_sched *s, int op, int64_t round)
@@ -206,40 +469,129 @@ int pc_engine_fire(pc_sched *s, int op, int64_t round)
     if (round < 0) {
         atomic_fetch_add(&s->ops[op].fires, 1);
     } else {
-        pthread_mutex_lock(&s->fire_mtx);
-        if (s->nsfire == s->capsfire) {
-            int cap = s->capsfire ? 2 * s->capsfire : 8;
-            uint64_t *r = realloc(s->sfire_round, cap * sizeof(uint64_t));
-            if (r)
-                s->sfire_round = r;
-            int *o = realloc(s->sfire_op, cap * sizeof(int));
-            if (o)
-                s->sfire_op = o;
-            if (!r || !o) {
-                pthread_mutex_unlock(&s->fire_mtx);
-                return PC_ENOMEM;
-            }
-            s->capsfire = cap;
-        }
-        s->sfire_round[s->nsfire] = (uint64_t)round;
-        s->sfire_op[s->nsfire] = op;
-        atomic_fetch_add(&s->nsfire, 1);
-        pthread_mutex_unlock(&s->fire_mtx);
+        int rc = push_sfire(s, op, (uint64_t)round);
+        if (rc != PC_OK)
+            return rc;
     }
-    pc_engine_wake();
+    pc_engine_notify(s);
     return PC_OK;
 }
 
-/* Wait until at least `upto` rounds of s completed.  Drives progress. */
+/* ---- gates the application opens */
+void pc_engine_gate_ready(pc_sched *s, int op)
+{
+    pthread_mutex_lock(&s->fire_mtx);
+    if (s->ngate == s->capgate) {
+        int cap = s->capgate ? 2 * s->capgate : 8;
+        int *o = pc_realloc(s->gate_op, cap * sizeof(int));
+        if (o)
+            s->gate_op = o;
+        uint64_t *r = pc_realloc(s->gate_round, cap * sizeof(uint64_t));
+        if (r)
+            s->gate_round = r;
+        if (!o || !r) {
+            pthread_mutex_unlock(&s->fire_mtx);
+            pc_sched_set_error(s, PC_ENOMEM, "out of memory readying gate "
+                               "op %d", op);
+            return;
+        }
+        s->capgate = cap;
+    }
+    s->gate_op[s->ngate] = op;
+    s->gate_round[s->ngate++] = s->round;
+    atomic_fetch_add(&s->gates_ready, 1);
+    pthread_mutex_unlock(&s->fire_mtx);
+    pthread_mutex_lock(&E.mtx);
+    pthread_cond_broadcast(&E.gcv);
+    pthread_mutex_unlock(&E.mtx);
+}
+
+int pc_engine_wait_gate(pc_sched *s, double timeout, int *op,
+                        uint64_t *round)
+{
+    double t0 = pc_now();
+    int rc = PC_ETIMEOUT;
+    pthread_mutex_lock(&E.mtx);
+    for (;;) {
+        pthread_mutex_lock(&s->fire_mtx);
+        if (s->ngate > 0) {
+            *op = s->gate_op[0];
+            *round = s->gate_round[0];
+            s->ngate--;
+            memmove(s->gate_op, s->gate_op + 1, s->ngate * sizeof(int));
+            memmove(s->gate_round, s->gate_round + 1,
+                    s->ngate * sizeof(uint64_t));
+            pthread_mutex_unlock(&s->fire_mtx);
+            rc = PC_OK;
+            break;
+        }
+        pthread_mutex_unlock(&s->fire_mtx);
+        if (atomic_load(&s->closing)) {
+            rc = PC_EFREED;
+            break;
+        }
+        if (atomic_load(&s->error) != PC_OK) {
+            rc = atomic_load(&s->error);
+            break;
+        }
+        double left = timeout < 0 ? 0.1 : timeout - (pc_now() - t0);
+        if (left <= 0)
+            break;
+        timed_wait(&E.gcv, 1e6 * (left < 0.1 ? left : 0.1));
+        if (timeout < 0)
+            continue;
+    }
+    pthread_mutex_unlock(&E.mtx);
+    return rc;
+}
+
+int pc_engine_open_gate(pc_sched *s, int op, uint64_t round)
+{
+    if (op < 0 || op >= s->nops || s->ops[op].kind != PC_GATE)
+        return PC_EINVAL;
+    int rc = push_sfire(s, op, round);
+    if (rc == PC_OK)
+        pc_engine_notify(s);
+    return rc;
+}
+
+/* ---- waiting: drive progress on the caller's thread */
+static void driver_pause(long idle, double us)
+{
+    if (idle <= 16)
+        return;
+    if (idle <= 2000 && us < 1000) {
+        sched_yield();
+        return;
+    }
+    if (us == HUGE_VAL || us > 1e5)
+        us = 1e5;            /* recheck the caller's own state now and then */
+    if (us < 1)
+        us = 1;
+    struct timespec ts = {0, (long)(us * 1000)};
+    if (us >= 1e6) {
+        ts.tv_sec = (time_t)(us / 1e6);
+        ts.tv_nsec = (long)((us - 1e6 * ts.tv_sec) * 1000);
+    }
+    nanosleep(&ts, NULL);
+}
+
+/* Wait until at least `upto` rounds of s completed.  The caller holds a
+ * reference on s. */
 int pc_engine_wait(pc_sched *s, uint64_t upto, double timeout)
 {
     int rc = PC_OK;
     long idle = 0;
-    double t0 = timeout >= 0 ? now() : 0;
+    double t0 = timeout >= 0 ? pc_now() : 0;
+    pthread_once(&once, init_once);
     if (atomic_load_explicit(&s->done, memory_order_acquire) >= upto)
         return atomic_load(&s->error);
     atomic_fetch_add(&E.drivers, 1);
     for (;;) {
+        if (atomic_load(&s->closing)) {
+            rc = PC_EFREED;
+            break;
+        }
         if (atomic_load(&s->error) != PC_OK) {
             rc = atomic_load(&s->error);
             break;
@@ -247,8 +599,11 @@ int pc_engine_wait(pc_sched *s, uint64_t upto, double timeout)
         if (atomic_load_explicit(&s->done, memory_order_acquire) >= upto)
             break;
         int p = 0;
+        double us = poll_max_us;
         if (pthread_mutex_trylock(&E.prog) == 0) {
-            p = sweep_all();
+            p = sweep();
+            if (!p)
+                us = pause_us(idle + 1);
             pthread_mutex_unlock(&E.prog);
         }
         if (p) {
@@ -256,52 +611,51 @@ int pc_engine_wait(pc_sched *s, uint64_t upto, double timeout)
             continue;
         }
         idle++;
-        if (idle > 2000) {       /* long wait: sleep, bounded by the cap */
-            long us = (idle - 2000) / 16 + 1, cap = max_backoff_us();
-            struct timespec ts = {0, 1000L * (us < cap ? us : cap)};
-            nanosleep(&ts, NULL);
-        } else if (idle > 16) {
-            sched_yield();
-        }
-        if (timeout >= 0 && (idle & 15) == 0 && now() - t0 > timeout) {
+        driver_pause(idle, us);
+        if (timeout >= 0 && (idle & 15) == 0 && pc_now() - t0 > timeout) {
             rc = PC_ETIMEOUT;
             break;
         }
     }
-    if (atomic_fetch_sub(&E.drivers, 1) == 1) {
-        /* hand the remaining work (if any) back to the progress thread */
-        pthread_mutex_lock(&E.mtx);
-        if (E.head)
-            pthread_cond_signal(&E.cv);
-        pthread_mutex_unlock(&E.mtx);
-    }
+    if (atomic_fetch_sub(&E.drivers, 1) == 1)
+        pc_engine_wake();    /* hand the remaining work back to the thread */
     return rc;
 }
 
 int pc_engine_busy(pc_sched *s)
 {
+    pthread_once(&once, init_once);
     pthread_mutex_lock(&E.prog);
-    sweep_all();
+    sweep();
     int b = pc_sched_busy(s);
     pthread_mutex_unlock(&E.prog);
     return b;
 }
 
+/* Returns 1 while the schedule's sends are still draining (the caller must
+ * keep their buffers until pc_sched's sends_left reaches 0). */
 int pc_engine_free(pc_sched *s)
 {
+    pthread_once(&once, init_once);
     pthread_mutex_lock(&E.prog);
-    pthread_mutex_lock(&E.mtx);
-    if (s->active)
-        list_remove(s);
-    pthread_mutex_unlock(&E.mtx);
-    pc_sched_cancel_all(s);
+    atomic_store(&s->closing, 1);
+    unlink_all(s);
+    remove_timers(s);
+    pc_sched_stop(s);
+    int left = atomic_load(&s->sends_left);
     pthread_mutex_unlock(&E.prog);
-    pc_sched_destroy(s);
-    return PC_OK;
+    pthread_mutex_lock(&E.mtx);
+    pthread_cond_broadcast(&E.gcv);
+    pthread_mutex_unlock(&E.mtx);
+    return left > 0;
 }
 
-void pc_engine_shutdown(void)
+/* Stop the thread, then drain what is still in flight for at most
+ * drain_timeout seconds (sends of freed schedules; the caller frees every
+ * schedule first).  Returns nothing; pc_wire_sends_left() tells the rest. */
+void pc_engine_shutdown(double drain_timeout)
 {
+    pthread_once(&once, init_once);
     pthread_mutex_lock(&E.mtx);
     int started = E.started;
     E.shutdown = 1;
@@ -310,16 +664,44 @@ void pc_engine_shutdown(void)
     if (started)
         pthread_join(E.thread, NULL);
     atomic_store(&pc_engine_thread_running, 0);
+    double t0 = pc_now();
+    long idle = 0;
     pthread_mutex_lock(&E.prog);
-    pthread_mutex_lock(&E.mtx);
-    while (E.head) {
-        pc_sched *s = E.head;
-        pc_sched_cancel_all(s);
-        list_remove(s);
+    while (pc_wire_sends_left() > 0 && pc_now() - t0 < drain_timeout) {
+        idle = sweep() ? 0 : idle + 1;
+        pthread_mutex_unlock(&E.prog);
+        driver_pause(idle, poll_max_us);
+        pthread_mutex_lock(&E.prog);
     }
+    pc_wire_shutdown();
     E.started = 0;
-    pthread_mutex_unlock(&E.mtx);
     pthread_mutex_unlock(&E.prog);
+}
+
+int pc_engine_set_network(const char *config, char *err, int errlen)
+{
+    pthread_once(&once, init_once);
+    pthread_mutex_lock(&E.prog);
+    int rc = pc_wire_use_network(config, err, errlen);
+    pthread_mutex_unlock(&E.prog);
+    return rc;
+}
+
+int pc_engine_set_send_cap(int cap)
+{
+    pthread_once(&once, init_once);
+    pthread_mutex_lock(&E.prog);
+    pc_wire_set_send_cap(cap);
+    pthread_mutex_unlock(&E.prog);
+    return PC_OK;
+}
+
+int pc_engine_sends_left(void)
+{
+    pthread_mutex_lock(&E.prog);
+    int n = pc_wire_sends_left();
+    pthread_mutex_unlock(&E.prog);
+    return n;
 }
 
 double pc_engine_thread_cputime(void)

@@ -3,6 +3,8 @@
  * computed by the MPI library itself, on whichever thread runs the op. */
 #include "pc_sched.h"
 
+#include <stdlib.h>
+
 const pc_dtype_info pc_dtypes[PC_NDTYPES] = {
     [PC_INT8] = {"int8", 1, 'i'},       [PC_INT16] = {"int16", 2, 'i'},
     [PC_INT32] = {"int32", 4, 'i'},     [PC_INT64] = {"int64", 8, 'i'},
@@ -77,4 +79,49 @@ int pc_redop_valid(int redop, int dtype)
     default: /* bitwise */
         return k == 'i' || k == 'u' || k == 'b';
     }
+}
+
+const char *const pc_kind_names[PC_NKINDS] = {
+    "nop", "trigger", "send", "recv", "reduce", "copy", "callback", "fence",
+    "delay", "start_at", "gate", "scale"};
+
+/* buf[i] /= divisor for the float and complex types (SCALE ops). */
+int pc_scale(void *buf, int64_t count, int dtype, double divisor)
+{
+    switch (dtype) {
+#define SCALE_LOOP(T)                                   \
+    do {                                                \
+        T *p = buf;                                     \
+        for (int64_t i = 0; i < count; i++)             \
+            p[i] /= (T)divisor;                         \
+    } while (0)
+    case PC_FLOAT32: SCALE_LOOP(float); return 0;
+    case PC_FLOAT64: SCALE_LOOP(double); return 0;
+    case PC_LONGDOUBLE: SCALE_LOOP(long double); return 0;
+    case PC_COMPLEX64: count *= 2; SCALE_LOOP(float); return 0;
+    case PC_COMPLEX128: count *= 2; SCALE_LOOP(double); return 0;
+    case PC_CLONGDOUBLE: count *= 2; SCALE_LOOP(long double); return 0;
+#undef SCALE_LOOP
+    default: return -1;
+    }
+}
+
+static _Atomic int alloc_countdown = -1;
+
+void pc_inject_alloc_failure(int n)
+{
+    atomic_store(&alloc_countdown, n);
+}
+
+void *pc_realloc(void *p, size_t n)
+{
+    return pc_alloc_ok() ? realloc(p, n) : NULL;
+}
+
+int pc_alloc_ok(void)
+{
+    int n = atomic_load(&alloc_countdown);
+    while (n > 0 && !atomic_compare_exchange_weak(&alloc_countdown, &n, n - 1))
+        ;
+    return n != 0;
 }

@@ -56,8 +56,11 @@ SUM = OPS["SUM"]
 _C = _core.constants()
 ALL, ANY, ATLEAST = _C["ALL"], _C["ANY"], _C["ATLEAST"]
 HOST, DEVICE = _C["HOST"], _C["DEVICE"]
-_KIND_NAMES = {_C[k]: k.lower() for k in
-               ("NOP", "TRIGGER", "SEND", "RECV", "REDUCE", "COPY", "FENCE")}
+KIND_NAMES = _C["kinds"]            # op kind code -> name, from the C core
+#: how an op ended in a round (Schedule.outcomes)
+OUTCOMES = {_C["OC_NONE"]: "none", _C["OC_OK"]: "ok",
+            _C["OC_DROPPED"]: "dropped", _C["OC_TIMEDOUT"]: "timedout",
+            _C["OC_SKIPPED"]: "skipped"}
 _LIVE = weakref.WeakSet()          # every committed schedule, freed at exit
 
 
@@ -100,6 +103,58 @@ def _ref(buf):
     if isinstance(buf, BufRef):
         return buf
     raise ScheduleError(f"expected a Slot or slot[a:b], got {type(buf).__name__}")
+
+
+def _nanoseconds(seconds, what):
+    try:
+        t = float(seconds)
+    except (TypeError, ValueError):
+        raise ScheduleError(f"{what} must be a number of seconds, got "
+                            f"{seconds!r}") from None
+    if not t >= 0 or t > 1e9:
+        raise ScheduleError(f"{what} must be >= 0 seconds, got {seconds!r}")
+    return int(round(t * 1e9))
+
+
+def _param(value, dtype, what):
+    """An op parameter: a constant, or one element of a slot read each time
+    the op becomes ready.  Returns (constant or -1/0, BufRef or None)."""
+    if value is None:
+        return -1, None
+    if isinstance(value, (Slot, BufRef)):
+        ref = _ref(value)
+        if ref.count != 1 or ref.slot.dtype != np.dtype(dtype) or \
+                ref.slot.device:
+            raise ScheduleError(f"{what} from a buffer takes one host "
+                                f"{np.dtype(dtype)} element, e.g. slot[i:i+1]")
+        return (0 if dtype is np.float64 else -1), ref
+    if dtype is np.float64:
+        if not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ScheduleError(f"{what} must be a number or slot[i:i+1]")
+        return int(round(float(value) * 1e9)), None
+    if not isinstance(value, (int, np.integer)) or value < 0:
+        raise ScheduleError(f"{what} must be an int >= 0 or slot[i:i+1]")
+    return int(value), None
+
+
+class RoundOutcomes:
+    """How every op of a schedule ended in its last completed round.
+
+    Attributes: ``round`` (-1 before the first), ``outcome`` (uint8 per op:
+    see :data:`OUTCOMES`), ``delivered`` (int32 per op: inputs that were
+    delivered, e.g. how many blocks arrived at a NOP joining receives)."""
+
+    def __init__(self, round, outcome, delivered):
+        self.round, self.outcome, self.delivered = round, outcome, delivered
+
+    def name(self, op):
+        """'ok', 'dropped', 'timedout', 'skipped' or 'none' for op."""
+        return OUTCOMES[int(self.outcome[op])]
+
+    def __repr__(self):
+        names = [OUTCOMES[int(x)] for x in self.outcome]
+        counts = {n: names.count(n) for n in sorted(set(names))}
+        return f"RoundOutcomes(round={self.round}, {counts})"
 
 
 class Request:
@@ -205,7 +260,7 @@ class Schedule:
 
     def _add(self, kind, after=(), mode=ALL, optional=False, stamped=False,
              a=None, b=None, op=None, peer=-1, tag=0, priority=0, need=None,
-             locked=False):
+             locked=False, delivered=False, **extra):
         self._check_building()
         deps = [after] if isinstance(after, (int, np.integer)) else list(after)
         deps = list(dict.fromkeys(int(d) if isinstance(d, np.integer) else d
@@ -232,49 +287,132 @@ class Schedule:
                               optional=optional, stamped=stamped, a=a, b=b,
                               op=op, peer=int(peer), tag=int(tag),
                               priority=int(priority), need=need or 0,
-                              locked=locked))
+                              locked=locked, delivered=bool(delivered),
+                              **extra))
         return len(self._ops) - 1
 
-    def nop(self, after=(), mode=ALL, optional=False, need=None, locked=False):
+    def nop(self, after=(), mode=ALL, optional=False, need=None, locked=False,
+            delivered=False):
         """A no-op: completes as soon as its dependencies allow (all of them,
-        any of them, or ``need`` of them)."""
+        any of them, or ``need`` of them).  ``delivered=True`` counts only
+        inputs that were delivered (see :meth:`recv`); when too many failed
+        for ``need`` to be reached the op ends ``SKIPPED``."""
         return self._add(_C["NOP"], after, mode, optional, need=need,
-                         locked=locked)
+                         locked=locked, delivered=delivered)
 
     def trigger(self, optional=False):
         """A NOP that only :meth:`fire` completes (the internal activation)."""
         return self._add(_C["TRIGGER"], (), ALL, optional)
 
     def send(self, buf=None, peer=0, tag=0, *, after=(), mode=ALL,
-             optional=False, stamped=False, priority=0):
+             optional=False, stamped=False, priority=0, order=None,
+             traffic_class=0, delivered=False):
         """Send ``buf`` (a slot or slot[a:b]) to ``peer``.
 
         ``stamped=True`` sends no data, only the round number (activation
-        messages)."""
+        messages).  ``priority``: ready ops start lowest number first, and
+        when a cap on sends in flight per destination is set
+        (:func:`partialcoll.set_send_cap`) queued sends leave lowest number
+        first.  ``order=k`` (an int, or a one-element int64 ``slot[i:i+1]``
+        read each round): the send leaves only after this schedule released
+        k earlier ordered sends to ``peer`` in the round (a counter gate;
+        number them 0..n-1 per peer).  ``traffic_class`` picks the emulated
+        network's drop probability (:mod:`partialcoll.network`)."""
         a = None if stamped else _ref(buf)
+        order, param = _param(order, np.int64, "order")
+        if stamped and (order >= 0 or param is not None):
+            raise ScheduleError("a stamped send cannot have an order")
         if a is not None and a.slot.device and self._path == "staged":
             return self._staged(a, True, peer, tag, after, mode, optional,
-                                priority)
+                                priority, order=order, param=param,
+                                tclass=traffic_class)
         return self._add(_C["SEND"], after, mode, optional, stamped, a=a,
-                         peer=peer, tag=tag, priority=priority)
+                         peer=peer, tag=tag, priority=priority, order=order,
+                         param=param, tclass=traffic_class,
+                         delivered=delivered)
 
     def recv(self, buf=None, peer=0, tag=0, *, after=(), mode=ALL,
-             optional=False, stamped=False, priority=0):
+             optional=False, stamped=False, priority=0, timeout=None,
+             traffic_class=0, delivered=False):
         """Receive into ``buf`` from ``peer``.  A stamped receive has no
-        dependencies and stays posted for the life of the schedule."""
+        dependencies and stays posted for the life of the schedule.
+
+        A receive ends ``DELIVERED``, ``DROPPED`` (the emulated network
+        says the message was lost) or ``TIMEDOUT``: ``timeout`` seconds
+        after it became ready (default: never).  A reduce, copy or scale
+        that depends directly on a receive that was not delivered does
+        nothing.  A message that arrives after its receive timed out is
+        discarded (``stats["late"]``), never taken by a later round."""
         a = None if stamped else _ref(buf)
         if stamped and after:
             raise ScheduleError("a stamped receive cannot have dependencies")
+        if stamped and timeout is not None:
+            raise ScheduleError("a stamped receive cannot time out")
         if a is not None and not a.slot.writable:
             raise ScheduleError(f"receive buffer {a} is read-only")
+        t = -1 if timeout is None else _nanoseconds(timeout, "timeout")
         if a is not None and a.slot.device and self._path == "staged":
             return self._staged(a, False, peer, tag, after, mode, optional,
-                                priority)
+                                priority, timeout=t, tclass=traffic_class)
         return self._add(_C["RECV"], after, mode, optional, stamped, a=a,
-                         peer=peer, tag=tag, priority=priority)
+                         peer=peer, tag=tag, priority=priority, timeout=t,
+                         tclass=traffic_class, delivered=delivered)
+
+    def delay(self, seconds, *, after=(), mode=ALL, optional=False, need=None,
+              delivered=False, priority=0):
+        """Completes ``seconds`` after it becomes ready, using no CPU (the
+        progress thread sleeps until the earliest deadline): stands in for
+        compute.  ``seconds`` is a number, or a one-element float64
+        ``slot[i:i+1]`` read when the op becomes ready (a different length
+        each round)."""
+        value, param = _param(seconds, np.float64, "seconds")
+        return self._add(_C["DELAY"], after, mode, optional, need=need,
+                         value=value, param=param, delivered=delivered,
+                         priority=priority)
+
+    def start_at(self, when, *, after=(), mode=ALL, optional=False, need=None,
+                 delivered=False, priority=0):
+        """Completes at the absolute time ``when`` on the executor's clock
+        (:func:`partialcoll.now`, the same on every process of a host), or
+        at once if that time has passed.  ``when``: a number or a
+        one-element float64 ``slot[i:i+1]`` read when the op becomes
+        ready."""
+        value, param = _param(when, np.float64, "when")
+        return self._add(_C["START_AT"], after, mode, optional, need=need,
+                         value=value, param=param, delivered=delivered,
+                         priority=priority)
+
+    def gate(self, *, after=(), mode=ALL, optional=False, need=None,
+             delivered=False, priority=0):
+        """An op that becomes ready by its dependencies but completes only
+        when the application opens it: ``op, rnd = s.wait_gate()`` returns
+        the next ready gate (blocking, no polling), ``s.open_gate(op, rnd)``
+        completes it (e.g. a parameter server applying an update between a
+        receive and the next send)."""
+        return self._add(_C["GATE"], after, mode, optional, need=need,
+                         delivered=delivered, priority=priority)
+
+    def scale(self, buf, count_of, add=0, *, after=(), mode=ALL,
+              optional=False, need=None, locked=False, delivered=False):
+        """``buf /= (delivered inputs of op count_of this round + add)``:
+        averaging over the messages that arrived (float and complex
+        buffers).  Does nothing when the divisor is 0."""
+        a = _ref(buf)
+        if a.slot.dtype.kind not in "fc":
+            raise ScheduleError(f"scale needs a float or complex buffer, {a} "
+                                f"is {a.slot.dtype}")
+        if not a.slot.writable:
+            raise ScheduleError(f"scale target {a} is read-only")
+        if not isinstance(count_of, (int, np.integer)) or \
+                not 0 <= count_of < len(self._ops):
+            raise ScheduleError(f"count_of={count_of!r} is not an op of this "
+                                "schedule")
+        return self._add(_C["SCALE"], after, mode, optional, a=a, need=need,
+                         locked=locked, ref=int(count_of), add=int(add),
+                         delivered=delivered)
 
     def _staged(self, ref, sending, peer, tag, after, mode, optional,
-                priority):
+                priority, **extra):
         """A device message through pinned host memory: the slot's host
         mirror takes the same element range.  Cut into pieces, each copied
         (device -> host, then sent; or received, then host -> device) on its
@@ -295,10 +433,11 @@ class Schedule:
             if sending:
                 c = self._add(_C["COPY"], after, mode, optional, a=hst, b=dev)
                 ends.append(self._add(_C["SEND"], [c], ALL, optional, a=hst,
-                                      peer=peer, tag=tag, priority=priority))
+                                      peer=peer, tag=tag, priority=priority,
+                                      **extra))
             else:
                 r = self._add(_C["RECV"], after, mode, optional, a=hst,
-                              peer=peer, tag=tag, priority=priority)
+                              peer=peer, tag=tag, priority=priority, **extra)
                 ends.append(self._add(_C["COPY"], [r], ALL, optional, a=dev,
                                       b=hst))
         if len(ends) == 1:
@@ -335,23 +474,44 @@ class Schedule:
 
     # -- commit / bind / post -------------------------------------------
     def _descriptors(self):
-        n, D = len(self._ops), _C["DESC_LEN"]
-        desc = np.zeros((n, D), dtype=np.int64)
+        desc = np.zeros((len(self._ops), _C["DESC_LEN"]), dtype=np.int64)
+        desc[:, [_C["D_TIMEOUT"], _C["D_ORDER"], _C["D_PSLOT"], _C["D_REF"],
+                 _C["D_ASLOT"], _C["D_BSLOT"]]] = -1
         deps = []
         for i, o in enumerate(self._ops):
+            row = desc[i]
             a, b = o["a"], o["b"]
-            flags = (_C["F_OPTIONAL"] if o["optional"] else 0) | \
-                    (_C["F_STAMPED"] if o["stamped"] else 0) | \
-                    (_C["F_LOCKED"] if o["locked"] else 0)
-            item = a.slot.dtype.itemsize if a is not None else 0
-            desc[i] = [o["kind"], o["mode"], flags,
-                       a.slot.index if a else -1, a.start * item if a else 0,
-                       b.slot.index if b else -1, b.start * item if b else 0,
-                       a.count if a else 0,
-                       dtype_code(a.slot.dtype) if a else 0,
-                       o["op"].code if o["op"] else 0,
-                       o["peer"], o["tag"] if o["peer"] >= 0 else 0,
-                       o["priority"], len(o["deps"]), len(deps), o["need"]]
+            row[_C["D_KIND"]], row[_C["D_MODE"]] = o["kind"], o["mode"]
+            row[_C["D_FLAGS"]] = (
+                (_C["F_OPTIONAL"] if o["optional"] else 0) |
+                (_C["F_STAMPED"] if o["stamped"] else 0) |
+                (_C["F_LOCKED"] if o["locked"] else 0) |
+                (_C["F_DELIVERED"] if o["delivered"] else 0))
+            if a is not None:
+                item = a.slot.dtype.itemsize
+                row[_C["D_ASLOT"]], row[_C["D_AOFF"]] = a.slot.index, \
+                    a.start * item
+                row[_C["D_COUNT"]] = a.count
+                row[_C["D_DTYPE"]] = dtype_code(a.slot.dtype)
+            if b is not None:
+                row[_C["D_BSLOT"]] = b.slot.index
+                row[_C["D_BOFF"]] = b.start * b.slot.dtype.itemsize
+            row[_C["D_REDOP"]] = o["op"].code if o["op"] else 0
+            row[_C["D_PEER"]] = o["peer"]
+            row[_C["D_TAG"]] = o["tag"] if o["peer"] >= 0 else 0
+            row[_C["D_PRIO"]] = o["priority"]
+            row[_C["D_NDEPS"]], row[_C["D_DEPOFF"]] = len(o["deps"]), len(deps)
+            row[_C["D_NEED"]] = o["need"]
+            row[_C["D_TIMEOUT"]] = o.get("timeout", -1)
+            row[_C["D_TCLASS"]] = o.get("tclass", 0)
+            row[_C["D_ORDER"]] = o.get("order", -1)
+            row[_C["D_VALUE"]] = o.get("value", 0)
+            param = o.get("param")
+            if param is not None:
+                row[_C["D_PSLOT"]] = param.slot.index
+                row[_C["D_POFF"]] = param.start * param.slot.dtype.itemsize
+            row[_C["D_REF"]] = o.get("ref", -1)
+            row[_C["D_ADD"]] = o.get("add", 0)
             deps.extend(o["deps"])
         return desc.tobytes(), np.asarray(deps, dtype=np.int64).tobytes()
 
@@ -438,6 +598,22 @@ class Schedule:
         """Context manager holding the data lock that ``locked`` ops take."""
         return _DataLock(self._core_sched())
 
+    def outcomes(self):
+        """A :class:`RoundOutcomes` for the last completed round."""
+        rnd, oc, nok = self._core_sched().outcomes()
+        return RoundOutcomes(rnd, np.frombuffer(oc, np.uint8),
+                             np.frombuffer(nok, np.int32))
+
+    def wait_gate(self, timeout=None):
+        """Block (GIL released, no polling) until a :meth:`gate` op of this
+        schedule is ready; returns ``(op, round)``.  Raises WaitTimeout."""
+        return self._core_sched().wait_gate(
+            -1.0 if timeout is None else float(timeout))
+
+    def open_gate(self, op, round):
+        """Complete gate op ``op`` of round ``round`` (from wait_gate)."""
+        self._core_sched().open_gate(int(op), int(round))
+
     @property
     def rounds(self):
         """Number of rounds completed so far (monotonic)."""
@@ -445,9 +621,13 @@ class Schedule:
 
     @property
     def stats(self):
-        """Discarded inputs: ``stale`` (stamped, round over), ``surplus``
-        (an op's input beyond what fired it) and ``foreign`` (a stamped
-        message of another schedule)."""
+        """Counters since commit: ``stale`` (a stamped message or fire whose
+        round is over), ``surplus`` (an op's input beyond what fired it),
+        ``dropped`` and ``timedout`` (receive outcomes), ``late`` (messages
+        that came after their receive timed out, discarded), ``swallowed``
+        (silently lost messages whose receive then timed out).  Stamped
+        messages for a schedule that does not exist here are counted by
+        :func:`partialcoll.engine_stats` (``unclaimed``, ``foreign``)."""
         return self._core_sched().stats
 
     @property
@@ -494,28 +674,8 @@ class Schedule:
     def to_dot(self, name="schedule"):
         """The graph in Graphviz DOT.  Dashed boxes fire on ANY input; grey
         ones are optional; edges point from predecessor to successor."""
-        colors = {"send": "lightblue", "recv": "palegreen", "reduce": "orange",
-                  "copy": "orange", "nop": "white", "trigger": "gold",
-                  "fence": "plum"}
-        lines = [f'digraph "{name}" {{', "  rankdir=TB;",
-                 "  node [shape=box, style=filled, fontname=Helvetica];"]
-        for i, o in enumerate(self._ops):
-            kind = _KIND_NAMES[o["kind"]]
-            label = f"{i}: {kind}"
-            if kind in ("send", "recv"):
-                label += f" {'to' if kind == 'send' else 'from'} {o['peer']} tag {o['tag']}"
-                label += " (stamped)" if o["stamped"] else f"\\n{o['a']}"
-            elif kind in ("reduce", "copy"):
-                label += f" {o['op'].name if o['op'] else ''}\\n{o['a']} <- {o['b']}"
-            if o["need"]:
-                label += f"\\n({o['need']} of {len(o['deps'])})"
-            style = ["filled"] + (["dashed"] if o["mode"] != ALL else [])
-            color = "lightgrey" if o["optional"] else colors[kind]
-            lines.append(f'  n{i} [label="{label}", fillcolor="{color}", '
-                         f'style="{",".join(style)}"];')
-            lines += [f"  n{d} -> n{i};" for d in o["deps"]]
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+        from ._dot import to_dot
+        return to_dot(self._ops, KIND_NAMES, ALL, name)
 
 
 class _DataLock:

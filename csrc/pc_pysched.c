@@ -1,0 +1,681 @@
+/* pc_pysched.c -- partialcoll._core.Sched, the Python face of one schedule.
+ * Each method normalises its arguments, takes a reference on the C schedule
+ * before releasing the GIL around anything that can block, calls the core
+ * and maps the return code through pc_raise(). */
+#include "pc_module.h"
+
+typedef struct {
+    PyObject_HEAD
+    pc_sched *s;
+    pc_sched *locked;          /* held by lock() until unlock() */
+    int nslots;
+    Py_buffer *views;
+    char *has_view;
+    PyObject *comm;            /* keeps the mpi4py communicator alive */
+} SchedObject;
+
+/* Freed schedules whose sends are still in flight keep their buffers
+ * here (MPI reads them until the sends complete); reaped with the GIL. */
+typedef struct {
+    pc_sched *s;
+    Py_buffer *views;
+    char *has_view;
+    int nslots;
+} parked;
+static parked *park;
+static int npark, cappark;
+
+static void release_views(Py_buffer *views, char *has_view, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (has_view[i]) {
+            PyBuffer_Release(&views[i]);
+            has_view[i] = 0;
+        }
+}
+
+int pc_reap(void)
+{
+    int keep = 0;
+    for (int k = 0; k < npark; k++) {
+        parked *p = &park[k];
+        if (atomic_load(&p->s->sends_left) > 0) {
+            park[keep++] = *p;
+            continue;
+        }
+        release_views(p->views, p->has_view, p->nslots);
+        PyMem_Free(p->views);
+        PyMem_Free(p->has_view);
+        pc_sched_unref(p->s);
+    }
+    npark = keep;
+    return npark;
+}
+
+static int check_open(SchedObject *self)
+{
+    if (!self->s) {
+        pc_raise(PC_EFREED, "the schedule has been freed");
+        return -1;
+    }
+    return 0;
+}
+
+static int sched_init(SchedObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"desc", "deps", "nslots", "comm_addr",
+                             "persistent", "comm", "stamp_id", NULL};
+    Py_buffer desc, deps;
+    int nslots, persistent;
+    unsigned long long comm_addr, stamp_id = 0;
+    PyObject *comm;
+    char err[512] = "";
+    if (self->s) {
+        pc_raise(PC_EINVAL, "Sched objects cannot be re-initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*y*iKpO|K", kwlist, &desc,
+                                     &deps, &nslots, &comm_addr, &persistent,
+                                     &comm, &stamp_id))
+        return -1;
+    int rc = PC_EINVAL, flag = 0, level = 0;
+    if (desc.len % (PC_DESC_LEN * 8) || deps.len % 8) {
+        snprintf(err, sizeof err, "malformed op descriptors");
+        goto out;
+    }
+    MPI_Initialized(&flag);
+    if (!flag) {
+        rc = PC_ETHREAD;
+        snprintf(err, sizeof err, "MPI is not initialised");
+        goto out;
+    }
+    MPI_Query_thread(&level);
+    if (level < MPI_THREAD_MULTIPLE) {
+        rc = PC_ETHREAD;
+        snprintf(err, sizeof err,
+                 "partialcoll needs MPI_THREAD_MULTIPLE, MPI was initialised "
+                 "with level %d; set mpi4py.rc.thread_level = 'multiple' "
+                 "before importing mpi4py.MPI", level);
+        goto out;
+    }
+    pc_reap();
+    MPI_Comm c = *(MPI_Comm *)(uintptr_t)comm_addr;
+    rc = pc_sched_create((const int64_t *)desc.buf,
+                         (int)(desc.len / (PC_DESC_LEN * 8)),
+                         (const int64_t *)deps.buf, deps.len / 8, nslots, c,
+                         persistent, stamp_id, &self->s, err, sizeof err);
+    if (rc == PC_OK) {
+        self->nslots = nslots;
+        self->views = PyMem_Calloc((size_t)nslots + 1, sizeof(Py_buffer));
+        self->has_view = PyMem_Calloc((size_t)nslots + 1, 1);
+        if (!self->views || !self->has_view) {
+            rc = PC_ENOMEM;
+            snprintf(err, sizeof err, "out of memory");
+        }
+        Py_INCREF(comm);
+        self->comm = comm;
+    }
+out:
+    PyBuffer_Release(&desc);
+    PyBuffer_Release(&deps);
+    if (rc != PC_OK) {
+        pc_raise(rc, err);
+        return -1;
+    }
+    return 0;
+}
+
+static int park_push(parked p)
+{
+    if (npark == cappark) {
+        int cap = cappark ? 2 * cappark : 8;
+        parked *q = PyMem_Realloc(park, (size_t)cap * sizeof(parked));
+        if (!q)
+            return -1;
+        park = q;
+        cappark = cap;
+    }
+    park[npark++] = p;
+    return 0;
+}
+
+static void do_free(SchedObject *self)
+{
+    pc_sched *s = self->s;
+    if (!s)
+        return;
+    self->s = NULL;
+    int draining;
+    Py_BEGIN_ALLOW_THREADS
+    draining = pc_engine_free(s);
+    Py_END_ALLOW_THREADS
+    if (!draining) {
+        release_views(self->views, self->has_view, self->nslots);
+        pc_sched_unref(s);
+    } else {
+        /* MPI still reads the send buffers: they go with the schedule to
+         * the park, released by pc_reap() once its sends completed */
+        Py_buffer *v = PyMem_Calloc((size_t)self->nslots + 1,
+                                    sizeof(Py_buffer));
+        char *h = PyMem_Calloc((size_t)self->nslots + 1, 1);
+        if (v && h && park_push((parked){s, self->views, self->has_view,
+                                         self->nslots}) == 0) {
+            self->views = v;
+            self->has_view = h;
+        } else {
+            /* no memory to park: keep the views (and the schedule) for
+             * ever rather than let MPI read freed memory */
+            PyMem_Free(v);
+            PyMem_Free(h);
+            memset(self->has_view, 0, (size_t)self->nslots);
+        }
+    }
+    pc_reap();
+}
+
+static void sched_dealloc(SchedObject *self)
+{
+    if (self->locked) {
+        pc_sched_unlock(self->locked);
+        pc_sched_unref(self->locked);
+        self->locked = NULL;
+    }
+    do_free(self);
+    if (self->has_view)
+        release_views(self->views, self->has_view, self->nslots);
+    PyMem_Free(self->views);
+    PyMem_Free(self->has_view);
+    Py_XDECREF(self->comm);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Export obj's buffer into a slot (the slot must be idle). */
+static int bind_slot(SchedObject *self, int slot, PyObject *obj, int writable)
+{
+    Py_buffer view;
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &view, flags) < 0) {
+        PyErr_Clear();
+        pc_raise(PC_EINVAL, writable
+                 ? "buffer must be a writable, C-contiguous buffer"
+                 : "buffer must be a C-contiguous buffer");
+        return -1;
+    }
+    if (self->has_view[slot])
+        PyBuffer_Release(&self->views[slot]);
+    self->views[slot] = view;
+    self->has_view[slot] = 1;
+    pc_sched_bind(self->s, slot, view.buf, view.len, writable, PC_HOST);
+    return 0;
+}
+
+static int slot_arg(SchedObject *self, int slot)
+{
+    if (slot < 0 || slot >= self->nslots) {
+        pc_raise(PC_EINVAL, "buffer slot out of range");
+        return -1;
+    }
+    if (!pc_sched_idle(self->s)) {
+        pc_raise(PC_EBUSY, "cannot rebind buffers while a round runs");
+        return -1;
+    }
+    return 0;
+}
+
+/* bind(slot, obj, writable): export obj's buffer into a slot. */
+static PyObject *sched_bind(SchedObject *self, PyObject *args)
+{
+    int slot, writable;
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "iOp", &slot, &obj, &writable) ||
+        check_open(self) || slot_arg(self, slot) ||
+        bind_slot(self, slot, obj, writable) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* unbind(slot): forget the slot's buffer (the caller's array is released). */
+static PyObject *sched_unbind(SchedObject *self, PyObject *args)
+{
+    int slot;
+    if (!PyArg_ParseTuple(args, "i", &slot) || check_open(self) ||
+        slot_arg(self, slot))
+        return NULL;
+    if (self->has_view[slot]) {
+        PyBuffer_Release(&self->views[slot]);
+        self->has_view[slot] = 0;
+    }
+    pc_sched_unbind(self->s, slot);
+    Py_RETURN_NONE;
+}
+
+/* bind_ptr(slot, address, nbytes, writable, space): bind raw memory (device
+ * memory, or pinned host memory); the caller keeps its owner alive. */
+static PyObject *sched_bind_ptr(SchedObject *self, PyObject *args)
+{
+    int slot, writable, space;
+    unsigned long long ptr;
+    long long nbytes;
+    if (!PyArg_ParseTuple(args, "iKLpi", &slot, &ptr, &nbytes, &writable,
+                          &space) || check_open(self) || slot_arg(self, slot))
+        return NULL;
+    if (nbytes < 0 || (space != PC_HOST && space != PC_DEVICE))
+        return pc_raise(PC_EINVAL, "bad size or memory space");
+    if (self->has_view[slot]) {
+        PyBuffer_Release(&self->views[slot]);
+        self->has_view[slot] = 0;
+    }
+    pc_sched_bind(self->s, slot, (void *)(uintptr_t)ptr, nbytes, writable,
+                  space);
+    Py_RETURN_NONE;
+}
+
+/* set_device(backend, ctx, stream, kernels): the schedule's device queue;
+ * kernels are int64 CUfunction handles indexed [dtype * NREDOPS + redop]. */
+static PyObject *sched_set_device(SchedObject *self, PyObject *args)
+{
+    int backend;
+    unsigned long long ctx, stream;
+    Py_buffer kernels;
+    char err[256] = "";
+    if (!PyArg_ParseTuple(args, "iKKy*", &backend, &ctx, &stream, &kernels))
+        return NULL;
+    if (check_open(self)) {
+        PyBuffer_Release(&kernels);
+        return NULL;
+    }
+    int rc = pc_sched_set_device(self->s, backend, (void *)(uintptr_t)ctx,
+                                 (void *)(uintptr_t)stream,
+                                 (const int64_t *)kernels.buf,
+                                 (int)(kernels.len / 8), err, sizeof err);
+    PyBuffer_Release(&kernels);
+    if (rc != PC_OK)
+        return pc_raise(rc, err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *do_post(SchedObject *self, int wake)
+{
+    char err[512] = "";
+    int rc = pc_sched_check_buffers(self->s, err, sizeof err);
+    if (rc != PC_OK)
+        return pc_raise(rc, err);
+    rc = pc_engine_post(self->s, wake);
+    if (rc == PC_EBUSY)
+        return pc_raise(rc, "a persistent schedule is posted once; it re-arms "
+                            "itself after every round");
+    if (rc != PC_OK)
+        return pc_raise(rc, "cannot post (interpreter shutting down?)");
+    return PyLong_FromUnsignedLongLong(atomic_load(&self->s->posted));
+}
+
+static PyObject *sched_post(SchedObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (check_open(self))
+        return NULL;
+    return do_post(self, 1);
+}
+
+static PyObject *sched_set_tag_base(SchedObject *self, PyObject *args)
+{
+    int base;
+    if (!PyArg_ParseTuple(args, "i", &base) || check_open(self))
+        return NULL;
+    int rc = pc_sched_set_tag_base(self->s, base);
+    if (rc != PC_OK)
+        return pc_raise(rc, rc == PC_EBUSY ? "cannot change tags while a "
+                        "round runs" : "tag base + largest tag reaches "
+                        "MPI_TAG_UB (reserved for control messages)");
+    Py_RETURN_NONE;
+}
+
+static PyObject *sched_fire(SchedObject *self, PyObject *args)
+{
+    int op;
+    long long round = -1;
+    if (!PyArg_ParseTuple(args, "i|L", &op, &round) || check_open(self))
+        return NULL;
+    int rc = pc_engine_fire(self->s, op, round);
+    if (rc != PC_OK)
+        return pc_raise(rc, rc == PC_EINVAL ? "fire() needs the index of a "
+                        "trigger op" : "out of memory");
+    Py_RETURN_NONE;
+}
+
+static PyObject *raise_sched_error(pc_sched *s, int rc)
+{
+    if (rc == PC_EFREED)
+        return pc_raise(rc, "the schedule was freed while this thread was "
+                            "waiting for it");
+    int e = atomic_load(&s->error);
+    return pc_raise(e != PC_OK ? e : rc, e != PC_OK ? s->errmsg
+                                                    : "partialcoll error");
+}
+
+/* Returns 0, or -1 with an exception set; *done: rounds completed. */
+static int wait_upto(SchedObject *self, unsigned long long upto,
+                     double timeout, unsigned long long *done)
+{
+    pc_sched *s = self->s;
+    int rc;
+    if (!s->persistent && upto > atomic_load(&s->posted)) {
+        pc_raise(PC_EINVAL, "waiting for a round that was never posted");
+        return -1;
+    }
+    if (pc_sched_lock_mine(s) && pc_sched_has_locked_ops(s) &&
+        atomic_load(&s->done) < upto) {
+        pc_raise(PC_EINVAL, "this thread holds the schedule's data lock, "
+                 "which its locked ops need: release it before waiting");
+        return -1;
+    }
+    pc_sched_ref(s);
+    /* Wait in slices so that signals (Ctrl-C) are handled while blocked. */
+    double left = timeout;
+    for (;;) {
+        double slice = (left >= 0 && left < 0.1) ? left : 0.1;
+        Py_BEGIN_ALLOW_THREADS
+        rc = pc_engine_wait(s, upto, slice);
+        Py_END_ALLOW_THREADS
+        if (rc != PC_ETIMEOUT || (left >= 0 && (left -= slice) <= 0))
+            break;
+        if (PyErr_CheckSignals() < 0) {
+            pc_sched_unref(s);
+            return -1;
+        }
+    }
+    if (rc == PC_ETIMEOUT) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "round %llu did not complete within %.3f s",
+                 upto - 1, timeout);
+        pc_raise(PC_ETIMEOUT, msg);
+    } else if (rc != PC_OK) {
+        raise_sched_error(s, rc);
+    }
+    if (done)
+        *done = atomic_load(&s->done);
+    pc_sched_unref(s);
+    return rc == PC_OK ? 0 : -1;
+}
+
+/* wait(upto, timeout=-1): block until `upto` rounds have completed. */
+static PyObject *sched_wait(SchedObject *self, PyObject *args)
+{
+    unsigned long long upto, done = 0;
+    double timeout = -1.0;
+    if (!PyArg_ParseTuple(args, "K|d", &upto, &timeout) || check_open(self))
+        return NULL;
+    if (wait_upto(self, upto, timeout, &done) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLongLong(done);
+}
+
+static PyObject *sched_test(SchedObject *self, PyObject *args)
+{
+    unsigned long long upto;
+    if (!PyArg_ParseTuple(args, "K", &upto) || check_open(self))
+        return NULL;
+    if (atomic_load(&self->s->error) != PC_OK)
+        return raise_sched_error(self->s, PC_OK);
+    if (atomic_load_explicit(&self->s->done, memory_order_acquire) >= upto)
+        Py_RETURN_TRUE;
+    /* nudge the engine so test() loops make progress even without a thread */
+    pc_engine_wake();
+    Py_RETURN_FALSE;
+}
+
+/* run(send, recv, tag_base, timeout=-1): the blocking fast path of one-shot
+ * collectives: bind slots 0 and 1, set the tag block, post one round without
+ * waking the progress thread, drive it to completion on this thread, and
+ * release the caller's buffers. */
+static PyObject *sched_run(SchedObject *self, PyObject *args)
+{
+    PyObject *send, *recv;
+    int tag_base;
+    double timeout = -1.0;
+    if (!PyArg_ParseTuple(args, "OOi|d", &send, &recv, &tag_base, &timeout) ||
+        check_open(self))
+        return NULL;
+    if (!pc_sched_idle(self->s))
+        return pc_raise(PC_EBUSY, "the schedule is running");
+    if (bind_slot(self, 0, send, 0) < 0 || bind_slot(self, 1, recv, 1) < 0)
+        return NULL;
+    int rc = pc_sched_set_tag_base(self->s, tag_base);
+    if (rc != PC_OK)
+        return pc_raise(rc, "tag base + largest tag reaches MPI_TAG_UB");
+    PyObject *posted = do_post(self, 0);
+    if (!posted)
+        return NULL;
+    unsigned long long upto = PyLong_AsUnsignedLongLong(posted);
+    Py_DECREF(posted);
+    rc = wait_upto(self, upto, timeout, NULL);
+    if (self->s && pc_sched_idle(self->s))
+        for (int slot = 0; slot < 2; slot++) {
+            PyBuffer_Release(&self->views[slot]);
+            self->has_view[slot] = 0;
+            pc_sched_unbind(self->s, slot);
+        }
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* lock()/unlock(): the data lock that LOCKED ops hold while they run. */
+static PyObject *sched_lock(SchedObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (check_open(self))
+        return NULL;
+    pc_sched *s = self->s;
+    if (pc_sched_lock_mine(s))
+        return pc_raise(PC_EINVAL, "this thread already holds the "
+                        "schedule's data lock");
+    pc_sched_ref(s);
+    Py_BEGIN_ALLOW_THREADS
+    pc_sched_lock(s);
+    Py_END_ALLOW_THREADS
+    self->locked = s;
+    Py_RETURN_NONE;
+}
+
+static PyObject *sched_unlock(SchedObject *self, PyObject *unused)
+{
+    (void)unused;
+    pc_sched *s = self->locked;
+    if (!s || !pc_sched_lock_mine(s))
+        return pc_raise(PC_EINVAL, "unlock() without lock() on this thread");
+    self->locked = NULL;
+    pc_sched_unlock(s);
+    if (!atomic_load(&s->closing))
+        pc_engine_notify(s);       /* locked ops may have been waiting */
+    pc_sched_unref(s);
+    Py_RETURN_NONE;
+}
+
+static PyObject *sched_free(SchedObject *self, PyObject *unused)
+{
+    (void)unused;
+    do_free(self);
+    Py_RETURN_NONE;
+}
+
+/* wait_gate(timeout=-1) -> (op, round): the next gate op made ready. */
+static PyObject *sched_wait_gate(SchedObject *self, PyObject *args)
+{
+    double timeout = -1.0;
+    int op = -1, rc;
+    uint64_t round = 0;
+    if (!PyArg_ParseTuple(args, "|d", &timeout) || check_open(self))
+        return NULL;
+    pc_sched *s = self->s;
+    pc_sched_ref(s);
+    double left = timeout;
+    for (;;) {
+        double slice = (left >= 0 && left < 0.1) ? left : 0.1;
+        Py_BEGIN_ALLOW_THREADS
+        rc = pc_engine_wait_gate(s, slice, &op, &round);
+        Py_END_ALLOW_THREADS
+        if (rc != PC_ETIMEOUT || (left >= 0 && (left -= slice) <= 0))
+            break;
+        if (PyErr_CheckSignals() < 0) {
+            pc_sched_unref(s);
+            return NULL;
+        }
+    }
+    PyObject *res = NULL;
+    if (rc == PC_OK)
+        res = Py_BuildValue("(iK)", op, (unsigned long long)round);
+    else if (rc == PC_ETIMEOUT)
+        pc_raise(rc, "no gate became ready in time");
+    else
+        raise_sched_error(s, rc);
+    pc_sched_unref(s);
+    return res;
+}
+
+static PyObject *sched_open_gate(SchedObject *self, PyObject *args)
+{
+    int op;
+    unsigned long long round;
+    if (!PyArg_ParseTuple(args, "iK", &op, &round) || check_open(self))
+        return NULL;
+    int rc = pc_engine_open_gate(self->s, op, round);
+    if (rc != PC_OK)
+        return pc_raise(rc, "open_gate() needs the index of a gate op");
+    Py_RETURN_NONE;
+}
+
+/* outcomes() -> (round, outcome bytes, delivered-input counts as int32
+ * bytes) of the last completed round (round -1: none yet). */
+static PyObject *sched_outcomes(SchedObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (check_open(self))
+        return NULL;
+    pc_sched *s = self->s;
+    PyObject *oc = PyBytes_FromStringAndSize(NULL, s->nops);
+    PyObject *nok = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s->nops * 4);
+    if (!oc || !nok) {
+        Py_XDECREF(oc);
+        Py_XDECREF(nok);
+        return NULL;
+    }
+    uint64_t round;
+    pc_sched_last_outcomes(s, (uint8_t *)PyBytes_AS_STRING(oc),
+                           (int *)PyBytes_AS_STRING(nok), &round);
+    long long r = atomic_load(&s->done) ? (long long)round : -1;
+    return Py_BuildValue("(LNN)", r, oc, nok);
+}
+
+static PyObject *sched_get_done(SchedObject *self, void *c)
+{
+    (void)c;
+    if (check_open(self))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(atomic_load(&self->s->done));
+}
+
+static PyObject *sched_get_posted(SchedObject *self, void *c)
+{
+    (void)c;
+    if (check_open(self))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(atomic_load(&self->s->posted));
+}
+
+static PyObject *sched_get_stats(SchedObject *self, void *c)
+{
+    (void)c;
+    if (check_open(self))
+        return NULL;
+    pc_sched *s = self->s;
+#define U(x) (unsigned long long)atomic_load(&s->x)
+    return Py_BuildValue("{sKsKsKsKsKsK}", "stale", U(stale), "surplus",
+                         U(surplus), "dropped", U(dropped), "timedout",
+                         U(timedout), "late", U(late), "swallowed",
+                         U(swallowed));
+#undef U
+}
+
+static PyObject *sched_get_device_stats(SchedObject *self, void *c)
+{
+    (void)c;
+    if (check_open(self))
+        return NULL;
+    pc_devq *q = &self->s->dq;
+    return Py_BuildValue("{sKsKsKsKsK}", "h2d", (unsigned long long)q->h2d,
+                         "d2h", (unsigned long long)q->d2h,
+                         "d2d", (unsigned long long)q->d2d,
+                         "h2h", (unsigned long long)q->h2h,
+                         "reductions", (unsigned long long)q->reductions);
+}
+
+static PyObject *sched_get_busy(SchedObject *self, void *c)
+{
+    (void)c;
+    if (check_open(self))
+        return NULL;
+    int b;
+    pc_sched *s = self->s;
+    Py_BEGIN_ALLOW_THREADS
+    b = pc_engine_busy(s);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(b);
+}
+
+static PyObject *sched_get_freed(SchedObject *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(self->s == NULL);
+}
+
+static PyMethodDef sched_methods[] = {
+    {"bind", (PyCFunction)sched_bind, METH_VARARGS, "bind(slot, obj, writable)"},
+    {"unbind", (PyCFunction)sched_unbind, METH_VARARGS, "unbind(slot)"},
+    {"post", (PyCFunction)sched_post, METH_NOARGS, "post() -> round count"},
+    {"bind_ptr", (PyCFunction)sched_bind_ptr, METH_VARARGS,
+     "bind_ptr(slot, address, nbytes, writable, space)"},
+    {"set_device", (PyCFunction)sched_set_device, METH_VARARGS,
+     "set_device(backend, ctx, stream, kernels)"},
+    {"set_tag_base", (PyCFunction)sched_set_tag_base, METH_VARARGS,
+     "set_tag_base(base)"},
+    {"fire", (PyCFunction)sched_fire, METH_VARARGS, "fire(op, round=-1)"},
+    {"wait", (PyCFunction)sched_wait, METH_VARARGS, "wait(upto, timeout=-1)"},
+    {"test", (PyCFunction)sched_test, METH_VARARGS, "test(upto) -> bool"},
+    {"run", (PyCFunction)sched_run, METH_VARARGS,
+     "run(send, recv, tag_base, timeout=-1)"},
+    {"free", (PyCFunction)sched_free, METH_NOARGS, "free()"},
+    {"lock", (PyCFunction)sched_lock, METH_NOARGS, "take the data lock"},
+    {"unlock", (PyCFunction)sched_unlock, METH_NOARGS, "release it"},
+    {"wait_gate", (PyCFunction)sched_wait_gate, METH_VARARGS,
+     "wait_gate(timeout=-1) -> (op, round)"},
+    {"open_gate", (PyCFunction)sched_open_gate, METH_VARARGS,
+     "open_gate(op, round)"},
+    {"outcomes", (PyCFunction)sched_outcomes, METH_NOARGS,
+     "outcomes() -> (round, outcome bytes, int32 delivered counts)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef sched_getset[] = {
+    {"done", (getter)sched_get_done, NULL, "rounds completed", NULL},
+    {"posted", (getter)sched_get_posted, NULL, "rounds posted", NULL},
+    {"stats", (getter)sched_get_stats, NULL, "discarded inputs, outcomes",
+     NULL},
+    {"device_stats", (getter)sched_get_device_stats, NULL,
+     "bytes copied by direction, device reductions queued", NULL},
+    {"freed", (getter)sched_get_freed, NULL, "freed?", NULL},
+    {"busy", (getter)sched_get_busy, NULL,
+     "a round is in flight or about to start (one progress sweep first)",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject pc_SchedType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "partialcoll._core.Sched",
+    .tp_basicsize = sizeof(SchedObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Low-level executor schedule; use partialcoll.Schedule.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)sched_init,
+    .tp_dealloc = (destructor)sched_dealloc,
+    .tp_methods = sched_methods,
+    .tp_getset = sched_getset,
+};

@@ -1,0 +1,89 @@
+/*
+ * pc_transport.h -- the narrow interface between the executor and the wire.
+ *
+ * The executor hands a transport whole messages (pc_msg) and gets back
+ * completions (pc_done); it never sees an MPI_Request.  Two transports:
+ *
+ *   mpi    (pc_transport_mpi.c) MPI_Isend/MPI_Irecv.  Every outstanding
+ *          request of the process lives in one table, tested with one
+ *          MPI_Testsome per poll, so the cost of a poll follows the number
+ *          of messages in flight, not the number of schedules.
+ *   netem  (pc_netem.c) an emulated network for one host: NIC rates shared
+ *          fairly between concurrent flows, per-pair latency, seeded drops.
+ *          It decides when a message arrives and hands it to the mpi
+ *          transport at that moment.
+ *
+ * Contract, for every transport:
+ *   - start() never blocks.  A receive can be cancelled (cancel_recv); a send
+ *     never is: it completes, or the engine keeps its buffer alive until it
+ *     does (MPI-4 deprecates cancelling sends, and MPICH crashes on it).
+ *   - poll() tests everything once and returns the completions in an array
+ *     owned by the transport, valid until the next poll().  Dispatching a
+ *     completion may start new messages.
+ *   - next_poll() is the absolute time (pc_now()) by which the transport
+ *     needs poll() again even if nothing else happens (an emulated message
+ *     due for delivery); HUGE_VAL when it waits only on the network.
+ *   - Everything is called with the engine's progress lock held: transports
+ *     need no locking of their own.
+ */
+#ifndef PC_TRANSPORT_H
+#define PC_TRANSPORT_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+/* How a message ended, as the receiver sees it. */
+enum {
+    PC_MSG_DELIVERED = 1,   /* the data arrived */
+    PC_MSG_DROPPED = 2,     /* lost, and the network said so */
+    PC_MSG_SWALLOWED = 3,   /* lost silently: the receive must time out */
+};
+
+typedef struct {
+    int send;               /* 1: send, 0: receive */
+    void *buf;
+    int count;              /* elements of dt */
+    MPI_Datatype dt;
+    int64_t bytes;          /* count * size of dt */
+    int peer, tag;          /* ranks and tags of comm */
+    int wpeer;              /* peer's rank in MPI_COMM_WORLD (netem) */
+    MPI_Comm comm;
+    int tclass;             /* traffic class: drop probabilities (netem) */
+    void *owner;            /* completion cookie: who ... */
+    int64_t cookie;         /* ... and which of its messages */
+    /* for the timeline only (pc_tl_msg); opaque to transports */
+    uint64_t trace_sched, trace_round;
+    int trace_op, prio;
+} pc_msg;
+
+typedef struct {
+    void *owner;
+    int64_t cookie;
+    int send;
+    int outcome;            /* PC_MSG_* */
+    int64_t bytes;          /* received bytes */
+    int source;             /* sender's rank (receives) */
+    int mpi_error;          /* MPI_SUCCESS, or the request's error */
+} pc_done;
+
+typedef struct pc_transport pc_transport;
+struct pc_transport {
+    const char *name;
+    int (*start)(pc_transport *tp, const pc_msg *m, int64_t *handle);
+    int (*poll)(pc_transport *tp, pc_done **out, int *n);
+    /* 1: cancelled before anything matched it; 0: it had completed, *d
+     * says how (the completion is not reported by poll() again). */
+    int (*cancel_recv)(pc_transport *tp, int64_t handle, pc_done *d);
+    double (*next_poll)(pc_transport *tp);
+    int (*outstanding)(pc_transport *tp);   /* messages not yet completed */
+    void (*shutdown)(pc_transport *tp);
+};
+
+double pc_now(void);                        /* CLOCK_MONOTONIC seconds */
+
+pc_transport *pc_transport_mpi(void);
+/* The emulated network (pc_netem.c); NULL with err set if it cannot start. */
+pc_transport *pc_netem_create(pc_transport *wire, const char *config,
+                              char *err, int errlen);
+
+#endif

@@ -1,0 +1,233 @@
+/* pc_transport_mpi.c -- the MPI transport: one request table for the whole
+ * process, tested with one MPI_Testsome per poll.
+ *
+ * Requests are kept dense (positions 0..n-1, swap-remove on completion) so
+ * MPI_Testsome sees no holes.  A handle names a request for cancel_recv():
+ * it indexes a table of positions and carries a generation, so a stale
+ * handle (its request already completed) is recognised instead of hitting
+ * whatever request took its place. */
+#include "pc_transport.h"
+#include "pc_sched.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    void *owner;
+    int64_t cookie;
+    int send;
+    int hidx;              /* index in the handle table */
+} entry;
+
+typedef struct {
+    pc_transport base;
+    int n, cap;
+    MPI_Request *reqs;
+    MPI_Status *st;
+    int *idx;
+    entry *ent;
+    /* handles: pos[h] is the request's position, or -1 when free */
+    int *pos;
+    uint32_t *gen;
+    int *freeh;
+    int nfree, hcap;
+    pc_done *done;
+    int capdone;
+} mpi_tp;
+
+double pc_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static int grow(mpi_tp *t)
+{
+    int cap = t->cap ? 2 * t->cap : 64;
+    MPI_Request *r = pc_realloc(t->reqs, cap * sizeof(*r));
+    if (r)
+        t->reqs = r;
+    MPI_Status *s = pc_realloc(t->st, cap * sizeof(*s));
+    if (s)
+        t->st = s;
+    int *x = pc_realloc(t->idx, cap * sizeof(int));
+    if (x)
+        t->idx = x;
+    entry *e = pc_realloc(t->ent, cap * sizeof(*e));
+    if (e)
+        t->ent = e;
+    pc_done *d = pc_realloc(t->done, cap * sizeof(*d));
+    if (d)
+        t->done = d;
+    int *p = pc_realloc(t->pos, cap * sizeof(int));
+    if (p)
+        t->pos = p;
+    uint32_t *g = pc_realloc(t->gen, cap * sizeof(uint32_t));
+    if (g)
+        t->gen = g;
+    int *f = pc_realloc(t->freeh, cap * sizeof(int));
+    if (f)
+        t->freeh = f;
+    if (!r || !s || !x || !e || !d || !p || !g || !f)
+        return MPI_ERR_NO_MEM;
+    for (int h = t->hcap; h < cap; h++) {
+        t->pos[h] = -1;
+        t->gen[h] = 0;
+        t->freeh[t->nfree++] = h;
+    }
+    t->cap = t->hcap = t->capdone = cap;
+    return MPI_SUCCESS;
+}
+
+static int mpi_start(pc_transport *tp, const pc_msg *m, int64_t *handle)
+{
+    mpi_tp *t = (mpi_tp *)tp;
+    int rc;
+    if (!pc_alloc_ok() ||
+        (t->n == t->cap && (rc = grow(t)) != MPI_SUCCESS))
+        return MPI_ERR_NO_MEM;
+    MPI_Request req;
+    rc = m->send ? MPI_Isend(m->buf, m->count, m->dt, m->peer, m->tag,
+                             m->comm, &req)
+                 : MPI_Irecv(m->buf, m->count, m->dt, m->peer, m->tag,
+                             m->comm, &req);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    int h = t->freeh[--t->nfree];
+    t->pos[h] = t->n;
+    t->reqs[t->n] = req;
+    t->ent[t->n] = (entry){m->owner, m->cookie, m->send, h};
+    t->n++;
+    if (handle)
+        *handle = ((int64_t)t->gen[h] << 32) | (uint32_t)h;
+    return MPI_SUCCESS;
+}
+
+/* Remove the request at position p (already completed or freed). */
+static void drop(mpi_tp *t, int p)
+{
+    int h = t->ent[p].hidx;
+    t->pos[h] = -1;
+    t->gen[h]++;
+    t->freeh[t->nfree++] = h;
+    int last = --t->n;
+    if (p != last) {
+        t->reqs[p] = t->reqs[last];
+        t->ent[p] = t->ent[last];
+        t->pos[t->ent[p].hidx] = p;
+    }
+}
+
+static void describe(pc_done *d, const entry *e, const MPI_Status *st,
+                     int err)
+{
+    int bytes = 0;
+    d->owner = e->owner;
+    d->cookie = e->cookie;
+    d->send = e->send;
+    d->outcome = PC_MSG_DELIVERED;
+    d->mpi_error = err;
+    d->source = e->send ? -1 : st->MPI_SOURCE;
+    if (!e->send && err == MPI_SUCCESS)
+        MPI_Get_count(st, MPI_BYTE, &bytes);
+    d->bytes = bytes;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    return *(const int *)b - *(const int *)a;
+}
+
+static int mpi_poll(pc_transport *tp, pc_done **out, int *n)
+{
+    mpi_tp *t = (mpi_tp *)tp;
+    int outcount = 0;
+    *n = 0;
+    *out = t->done;
+    if (t->n == 0)
+        return MPI_SUCCESS;
+    int rc = MPI_Testsome(t->n, t->reqs, &outcount, t->idx, t->st);
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+        /* the call itself failed: report it on every request it covered,
+         * so each owner learns (receives are left posted; the owners'
+         * error paths cancel them) */
+        for (int p = 0; p < t->n; p++) {
+            MPI_Status none = {0};
+            describe(&t->done[p], &t->ent[p], &none, rc);
+        }
+        *n = t->n;
+        return rc;
+    }
+    if (outcount == MPI_UNDEFINED || outcount == 0)
+        return MPI_SUCCESS;
+    for (int k = 0; k < outcount; k++) {
+        int p = t->idx[k];
+        int err = rc == MPI_ERR_IN_STATUS ? t->st[k].MPI_ERROR : MPI_SUCCESS;
+        describe(&t->done[k], &t->ent[p], &t->st[k], err);
+    }
+    /* swap-remove, highest position first so lower ones stay valid */
+    qsort(t->idx, outcount, sizeof(int), cmp_desc);
+    for (int k = 0; k < outcount; k++)
+        drop(t, t->idx[k]);
+    *n = outcount;
+    return MPI_SUCCESS;
+}
+
+static int mpi_cancel_recv(pc_transport *tp, int64_t handle, pc_done *d)
+{
+    mpi_tp *t = (mpi_tp *)tp;
+    int h = (int)(uint32_t)handle;
+    uint32_t g = (uint32_t)(handle >> 32);
+    if (h < 0 || h >= t->hcap || t->gen[h] != g || t->pos[h] < 0)
+        return -1;                       /* already completed and reported */
+    int p = t->pos[h];
+    MPI_Status st;
+    int cancelled = 0;
+    /* cancelling a receive is local: MPI_Wait returns at once */
+    MPI_Cancel(&t->reqs[p]);
+    int rc = MPI_Wait(&t->reqs[p], &st);
+    if (rc == MPI_SUCCESS)
+        MPI_Test_cancelled(&st, &cancelled);
+    if (!cancelled && d)
+        describe(d, &t->ent[p], &st, rc);
+    drop(t, p);
+    return cancelled ? 1 : 0;
+}
+
+static double mpi_next_poll(pc_transport *tp)
+{
+    (void)tp;
+    return HUGE_VAL;
+}
+
+static int mpi_outstanding(pc_transport *tp)
+{
+    return ((mpi_tp *)tp)->n;
+}
+
+static void mpi_shutdown(pc_transport *tp)
+{
+    mpi_tp *t = (mpi_tp *)tp;
+    free(t->reqs);
+    free(t->st);
+    free(t->idx);
+    free(t->ent);
+    free(t->done);
+    free(t->pos);
+    free(t->gen);
+    free(t->freeh);
+    memset(t, 0, sizeof(*t));
+}
+
+static mpi_tp the_mpi;
+
+pc_transport *pc_transport_mpi(void)
+{
+    the_mpi.base = (pc_transport){"mpi", mpi_start, mpi_poll,
+                                  mpi_cancel_recv, mpi_next_poll,
+                                  mpi_outstanding, mpi_shutdown};
+    return &the_mpi.base;
+}
