@@ -63,14 +63,14 @@ ext = Extension(
     sources=[f"csrc/{f}" for f in (
         "pc_module.c", "pc_pysched.c", "pc_sched.c", "pc_round.c",
         "pc_engine.c", "pc_wire.c", "pc_transport_mpi.c", "pc_netem.c",
-        "pc_timeline.c", "pc_types.c", "pc_device.c")],
+        "pc_netem_model.c", "pc_timeline.c", "pc_types.c", "pc_device.c")],
     depends=[f"csrc/{f}" for f in ("pc_sched.h", "pc_device.h",
                                     "pc_transport.h", "pc_engine_int.h",
-                                    "pc_module.h")],
+                                    "pc_module.h", "pc_netem.h")],
     extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-missing-braces",
                         "-D_GNU_SOURCE"],
     # site-packages/partialcoll -> <prefix>/lib, where the mpich wheel lives
-    libraries=["dl"],
+    libraries=["dl", "rt"],
     extra_link_args=["-pthread", "-Wl,-rpath,$ORIGIN/../../.."],
 )
 

@@ -1,13 +1,496 @@
-/* pc_netem.c -- placeholder until the emulated network lands. */
+/* pc_netem.c -- the emulated network as a transport (model: pc_netem.h).
+ *
+ * Design constraints:
+ *  1. It decides when a message arrives, then hands it to the MPI transport
+ *     at that moment: the data only moves (over shared memory, in
+ *     microseconds) once the emulated wire has carried it, so a receiver
+ *     never sees data early and a lost message's data never moves at all.
+ *  2. The order of a channel is kept: messages of one (src, dst) pair leave
+ *     the emulated wire in order and are handed to MPI in order.
+ *  3. A lost message is replaced by a zero-byte marker on the same
+ *     communicator, peer and tag, so it keeps its place in MPI's matching
+ *     order; the receiver maps it to DROPPED ("told") or SWALLOWED
+ *     ("silent": the receive runs into its deadline).  Zero-byte payloads
+ *     travel as one byte, so a marker is never mistaken for data.
+ *  4. No thread of its own: the engine polls it, and asks next_poll() how
+ *     long it may sleep (the next delivery, the next predicted end of one
+ *     of its own transfers, or `tick` while its transfers share the wire
+ *     with others whose ends may speed them up).
+ */
+#include "pc_netem.h"
 #include "pc_sched.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NETEM_MAGIC 0x70636e6574656d31ULL      /* "pcnetem1" */
+enum { COOKIE_NETEM_RECV = -4 };
+
+typedef struct nsend {
+    pc_msg m;
+    uint64_t id;
+    int lost;
+    double t_start, t_end, t_deliver;
+    struct nsend *next;
+} nsend;
+
+typedef struct nrecv {
+    void *owner;
+    int64_t cookie, expect, handle;
+    struct nrecv *prev, *next;         /* every live receive (for cancel) */
+} nrecv;
+
+typedef struct {
+    pc_transport base;
+    pc_transport *wire;
+    netem_config cfg;
+    netem_shm *S;
+    size_t shm_size;
+    int me, P;
+    struct { nsend *head, *tail; int in_shm; } *out;
+    uint64_t next_id, *counter;     /* [dst * NCLASS + class] */
+    int queued;                     /* sends not yet handed to MPI */
+    nsend **heap;                   /* waiting for their delivery time */
+    int nheap, capheap;
+    nrecv *recs;                    /* live receives */
+    pc_done *done;
+    int capdone;
+    double next_finish;
+    unsigned char scratch[8];
+} netem;
+
+/* ---- the shared segment */
+static void shm_lock(netem *N)
+{
+    if (pthread_mutex_lock(&N->S->mtx) == EOWNERDEAD)
+        pthread_mutex_consistent(&N->S->mtx);   /* a rank died holding it */
+}
+
+static int attach(netem *N, char *err, int errlen)
+{
+    size_t size = sizeof(netem_shm) +
+                  (size_t)N->P * N->P * sizeof(netem_chan);
+    int fd = shm_open(N->cfg.shm, O_RDWR | O_CREAT | O_EXCL, 0600);
+    int creator = fd >= 0;
+    if (!creator && errno == EEXIST)
+        fd = shm_open(N->cfg.shm, O_RDWR, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "emulated network: shm_open(%s): %s",
+                 N->cfg.shm, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    double t_give_up = pc_now() + 30;
+    if (creator) {
+        if (ftruncate(fd, (off_t)size) != 0)
+            goto fail;
+    } else {
+        while (fstat(fd, &st) == 0 && (size_t)st.st_size < size &&
+               pc_now() < t_give_up) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    N->S = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    fd = -1;
+    if (N->S == MAP_FAILED) {
+        N->S = NULL;
+        goto fail;
+    }
+    N->shm_size = size;
+    netem_shm *S = N->S;
+    if (creator) {
+        pthread_mutexattr_t a;
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+        pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+        pthread_mutex_init(&S->mtx, &a);
+        pthread_mutexattr_destroy(&a);
+        S->P = N->P;
+        S->t0 = S->t_model = pc_now();
+        S->magic = NETEM_MAGIC;
+        atomic_store(&S->ready, 1);
+    }
+    while (!atomic_load(&S->ready) && pc_now() < t_give_up) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    if (!atomic_load(&S->ready) || S->magic != NETEM_MAGIC || S->P != N->P) {
+        snprintf(err, errlen, "emulated network: segment %s is not a "
+                 "network of %d ranks (another job's, or a rank never "
+                 "created it)", N->cfg.shm, N->P);
+        munmap(S, size);
+        N->S = NULL;
+        return -1;
+    }
+    atomic_fetch_add(&S->attached, 1);
+    return 0;
+fail:
+    snprintf(err, errlen, "emulated network: setting up %s: %s", N->cfg.shm,
+             strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    if (creator)
+        shm_unlink(N->cfg.shm);
+    return -1;
+}
+
+static void detach(netem *N)
+{
+    if (!N->S)
+        return;
+    if (atomic_fetch_sub(&N->S->attached, 1) == 1)
+        shm_unlink(N->cfg.shm);
+    munmap(N->S, N->shm_size);
+    N->S = NULL;
+}
+
+/* ---- sends */
+static int channel_push(netem *N, nsend *x)
+{
+    netem_chan *ch = &N->S->ch[N->me * N->P + x->m.wpeer];
+    if (ch->n >= NETEM_QCAP)
+        return 0;
+    netem_ent *e = &ch->e[(ch->head + ch->n) % NETEM_QCAP];
+    *e = (netem_ent){x->m.bytes > 0 ? x->m.bytes : 0, x->id, 0, 0, 0,
+                     ENT_QUEUED};
+    if (ch->cur == ch->n) {              /* the channel is idle: go now */
+        e->state = ENT_WIRE;
+        e->t_start = N->S->t_model;
+        e->left = (double)e->bytes;
+    }
+    ch->n++;
+    return 1;
+}
+
+static int heap_push(netem *N, nsend *x)
+{
+    if (N->nheap == N->capheap) {
+        int cap = N->capheap ? 2 * N->capheap : 64;
+        nsend **h = pc_realloc(N->heap, cap * sizeof(*h));
+        if (!h)
+            return -1;
+        N->heap = h;
+        N->capheap = cap;
+    }
+    int k = N->nheap++;
+    while (k > 0 && N->heap[(k - 1) / 2]->t_deliver > x->t_deliver) {
+        N->heap[k] = N->heap[(k - 1) / 2];
+        k = (k - 1) / 2;
+    }
+    N->heap[k] = x;
+    return 0;
+}
+
+static nsend *heap_pop(netem *N)
+{
+    nsend *top = N->heap[0], *last = N->heap[--N->nheap];
+    int k = 0;
+    for (;;) {
+        int c = 2 * k + 1;
+        if (c >= N->nheap)
+            break;
+        if (c + 1 < N->nheap &&
+            N->heap[c + 1]->t_deliver < N->heap[c]->t_deliver)
+            c++;
+        if (last->t_deliver <= N->heap[c]->t_deliver)
+            break;
+        N->heap[k] = N->heap[c];
+        k = c;
+    }
+    if (N->nheap)
+        N->heap[k] = last;
+    return top;
+}
+
+/* With the segment locked: bring the model to now, collect this rank's
+ * messages that left the wire, push waiting ones into free ring places. */
+static int sync_model(netem *N, double now)
+{
+    int moved = 0;
+    shm_lock(N);
+    netem_advance(&N->cfg, N->S, now);
+    for (int d = 0; d < N->P; d++) {
+        netem_chan *ch = &N->S->ch[N->me * N->P + d];
+        while (ch->n > 0 && ch->e[ch->head].state == ENT_DONE) {
+            netem_ent *e = &ch->e[ch->head];
+            nsend *x = N->out[d].head;
+            if (x && x->id == e->id) {
+                x->t_start = e->t_start;
+                x->t_end = e->t_end;
+                x->t_deliver = e->t_end + netem_latency(&N->cfg, N->me, d);
+                if (heap_push(N, x) < 0)
+                    break;                /* no memory: collect it later */
+            }
+            ch->head = (ch->head + 1) % NETEM_QCAP;
+            ch->n--;
+            ch->cur--;
+            if (!x || x->id != e->id)
+                continue;                 /* cannot happen: FIFO both */
+            N->out[d].head = x->next;
+            if (!x->next)
+                N->out[d].tail = NULL;
+            N->out[d].in_shm--;
+            moved++;
+        }
+        /* waiting sends take free places, in order */
+        nsend *x = N->out[d].head;
+        for (int k = 0; x && k < N->out[d].in_shm; k++)
+            x = x->next;
+        for (; x && channel_push(N, x); x = x->next)
+            N->out[d].in_shm++;
+    }
+    N->next_finish = netem_next_finish(&N->cfg, N->S, N->me);
+    pthread_mutex_unlock(&N->S->mtx);
+    return moved;
+}
+
+static int netem_start(pc_transport *tp, const pc_msg *m, int64_t *handle)
+{
+    netem *N = (netem *)tp;
+    if (!m->send) {
+        /* receives go to MPI now; their completions are mapped in poll() */
+        nrecv *r = malloc(sizeof(*r));
+        if (!r)
+            return MPI_ERR_NO_MEM;
+        *r = (nrecv){m->owner, m->cookie, m->bytes, -1, NULL, N->recs};
+        pc_msg w = *m;
+        if (m->bytes == 0) {
+            w.buf = N->scratch;
+            w.count = 1;
+            w.dt = MPI_BYTE;
+        }
+        w.owner = r;
+        w.cookie = COOKIE_NETEM_RECV;
+        int rc = N->wire->start(N->wire, &w, &r->handle);
+        if (rc != MPI_SUCCESS) {
+            free(r);
+            return rc;
+        }
+        if (N->recs)
+            N->recs->prev = r;
+        N->recs = r;
+        if (handle)
+            *handle = r->handle;
+        return MPI_SUCCESS;
+    }
+    if (m->wpeer < 0 || m->wpeer >= N->P)
+        return MPI_ERR_RANK;
+    nsend *x = malloc(sizeof(*x));
+    if (!x)
+        return MPI_ERR_NO_MEM;
+    int cls = m->tclass;
+    *x = (nsend){*m, N->next_id++, 0, 0, 0, 0, NULL};
+    if (cls >= 0 && cls < NETEM_NCLASS)
+        x->lost = netem_lost(&N->cfg, N->me, m->wpeer, cls,
+                             N->counter[m->wpeer * NETEM_NCLASS + cls]++);
+    if (N->out[m->wpeer].tail)
+        N->out[m->wpeer].tail->next = x;
+    else
+        N->out[m->wpeer].head = x;
+    N->out[m->wpeer].tail = x;
+    N->queued++;
+    sync_model(N, pc_now());
+    if (handle)
+        *handle = -1;                   /* sends are never cancelled */
+    return MPI_SUCCESS;
+}
+
+static int add_done(netem *N, int n, const pc_done *d)
+{
+    if (n == N->capdone) {
+        int cap = N->capdone ? 2 * N->capdone : 64;
+        pc_done *p = pc_realloc(N->done, cap * sizeof(*p));
+        if (!p)
+            return n;                   /* reported on a later poll */
+        N->done = p;
+        N->capdone = cap;
+    }
+    N->done[n] = *d;
+    return n + 1;
+}
+
+/* Hand due messages to MPI; a failure becomes the send's completion. */
+static int deliver(netem *N, double now, int n)
+{
+    while (N->nheap > 0 && N->heap[0]->t_deliver <= now) {
+        nsend *x = heap_pop(N);
+        pc_msg w = x->m;
+        if (pc_tl_on && x->m.tclass >= 0) {
+            pc_tl_msg(PC_EV_WIRE_START, x->t_start, x->m.trace_sched,
+                      x->m.trace_op, x->m.trace_round, x->m.wpeer, x->m.tag,
+                      x->m.bytes, x->m.prio, x->lost ? PC_OC_DROPPED : 0);
+            pc_tl_msg(PC_EV_WIRE_END, x->t_end, x->m.trace_sched,
+                      x->m.trace_op, x->m.trace_round, x->m.wpeer, x->m.tag,
+                      x->m.bytes, x->m.prio, x->lost ? PC_OC_DROPPED : 0);
+        }
+        if (x->lost || x->m.bytes == 0) {   /* marker, or a 1-byte stand-in */
+            w.buf = N->scratch;
+            w.count = x->lost ? 0 : 1;
+            w.dt = MPI_BYTE;
+        }
+        int rc = N->wire->start(N->wire, &w, NULL);
+        if (rc != MPI_SUCCESS) {
+            pc_done d = {x->m.owner, x->m.cookie, 1, PC_MSG_DELIVERED, 0, -1,
+                         rc};
+            n = add_done(N, n, &d);
+        }
+        N->queued--;
+        free(x);
+    }
+    return n;
+}
+
+static void unlink_recv(netem *N, nrecv *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        N->recs = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+}
+
+static void map_recv(netem *N, pc_done *d)
+{
+    nrecv *r = d->owner;
+    unlink_recv(N, r);
+    d->owner = r->owner;
+    d->cookie = r->cookie;
+    if (d->mpi_error == MPI_SUCCESS) {
+        int lost = d->bytes == 0;
+        if (!lost && r->expect == 0)
+            d->bytes = 0;                 /* the 1-byte stand-in */
+        d->outcome = !lost ? PC_MSG_DELIVERED
+                           : N->cfg.silent ? PC_MSG_SWALLOWED
+                                           : PC_MSG_DROPPED;
+    }
+    free(r);
+}
+
+static int netem_poll(pc_transport *tp, pc_done **out, int *n)
+{
+    netem *N = (netem *)tp;
+    double now = pc_now();
+    int k = 0;
+    if (N->queued > N->nheap)             /* some are on (or wait for) the wire */
+        sync_model(N, now);
+    k = deliver(N, now, k);
+    pc_done *d;
+    int m = 0;
+    int rc = N->wire->poll(N->wire, &d, &m);
+    for (int j = 0; j < m; j++) {
+        if (d[j].cookie == COOKIE_NETEM_RECV)
+            map_recv(N, &d[j]);
+        k = add_done(N, k, &d[j]);
+    }
+    *out = N->done;
+    *n = k;
+    return rc;
+}
+
+static int netem_cancel_recv(pc_transport *tp, int64_t handle, pc_done *d)
+{
+    netem *N = (netem *)tp;
+    nrecv *r = N->recs;
+    while (r && r->handle != handle)
+        r = r->next;
+    pc_done tmp;
+    int c = N->wire->cancel_recv(N->wire, handle, &tmp);
+    if (c == 0 && tmp.cookie == COOKIE_NETEM_RECV) {
+        map_recv(N, &tmp);                /* it had completed */
+        if (d)
+            *d = tmp;
+    } else if (c == 1 && r) {
+        unlink_recv(N, r);
+        free(r);
+    }
+    return c;
+}
+
+static double netem_next_poll(pc_transport *tp)
+{
+    netem *N = (netem *)tp;
+    double t = N->nheap ? N->heap[0]->t_deliver : INFINITY;
+    if (N->queued > N->nheap) {           /* own messages on the wire */
+        double cap = pc_now() + N->cfg.tick;
+        double f = N->next_finish < cap ? N->next_finish : cap;
+        if (f < t)
+            t = f;
+    }
+    return t;
+}
+
+static int netem_outstanding(pc_transport *tp)
+{
+    netem *N = (netem *)tp;
+    return N->wire->outstanding(N->wire) + N->queued;
+}
+
+static void netem_shutdown(pc_transport *tp)
+{
+    netem *N = (netem *)tp;
+    detach(N);
+    for (int d = 0; N->out && d < N->P; d++)
+        for (nsend *x = N->out[d].head, *nx; x; x = nx) {
+            nx = x->next;
+            free(x);
+        }
+    for (int k = 0; k < N->nheap; k++)
+        free(N->heap[k]);
+    for (nrecv *r = N->recs, *nx; r; r = nx) {
+        nx = r->next;
+        free(r);
+    }
+    free(N->out);
+    free(N->counter);
+    free(N->heap);
+    free(N->done);
+    netem_config_free(&N->cfg);
+    free(N);
+}
 
 pc_transport *pc_netem_create(pc_transport *wire, const char *config,
                               char *err, int errlen)
 {
-    (void)wire;
-    (void)config;
-    snprintf(err, errlen, "the emulated network is not built yet");
+    netem *N = calloc(1, sizeof(*N));
+    if (!N) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    N->base = (pc_transport){"netem", netem_start, netem_poll,
+                             netem_cancel_recv, netem_next_poll,
+                             netem_outstanding, netem_shutdown};
+    N->wire = wire;
+    N->next_finish = INFINITY;
+    if (netem_parse(&N->cfg, config, err, errlen) != 0)
+        goto fail;
+    MPI_Comm_rank(MPI_COMM_WORLD, &N->me);
+    MPI_Comm_size(MPI_COMM_WORLD, &N->P);
+    if (N->P != N->cfg.P) {
+        snprintf(err, errlen, "the network describes %d ranks, "
+                 "MPI_COMM_WORLD has %d", N->cfg.P, N->P);
+        goto fail;
+    }
+    N->out = calloc(N->P, sizeof(*N->out));
+    N->counter = calloc((size_t)N->P * NETEM_NCLASS, sizeof(uint64_t));
+    if (!N->out || !N->counter) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    if (attach(N, err, errlen) != 0)
+        goto fail;
+    return &N->base;
+fail:
+    netem_shutdown(&N->base);
     return NULL;
 }

@@ -623,6 +623,14 @@ static PyObject *sched_get_busy(SchedObject *self, void *c)
     return PyBool_FromLong(b);
 }
 
+static PyObject *sched_get_serial(SchedObject *self, void *c)
+{
+    (void)c;
+    if (check_open(self))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(self->s->serial);
+}
+
 static PyObject *sched_get_freed(SchedObject *self, void *c)
 {
     (void)c;
@@ -663,6 +671,8 @@ static PyGetSetDef sched_getset[] = {
     {"device_stats", (getter)sched_get_device_stats, NULL,
      "bytes copied by direction, device reductions queued", NULL},
     {"freed", (getter)sched_get_freed, NULL, "freed?", NULL},
+    {"serial", (getter)sched_get_serial, NULL,
+     "process-local id (the timeline's `sched`)", NULL},
     {"busy", (getter)sched_get_busy, NULL,
      "a round is in flight or about to start (one progress sweep first)",
      NULL},

@@ -253,8 +253,6 @@ static int release_held(pc_sched *s, int peer)
             int i = s->held[k];
             s->held[k] = s->held[--s->nheld];
             s->next_order[peer]++;
-            if (pc_tl_on)
-                pc_tl_op(PC_EV_RELEASED, s, i, 0);
             if (release_send(s, i) != PC_OK)
                 return PC_EMPI;
             found = 1;
@@ -285,7 +283,7 @@ static int start_send(pc_sched *s, int i)
     if (op->cur_order < 0)
         return release_send(s, i);
     s->held[s->nheld++] = i;
-    if (pc_tl_on)
+    if (pc_tl_on && op->cur_order != s->next_order[op->peer])
         pc_tl_op(PC_EV_GATED, s, i, 0);
     return release_held(s, op->peer);
 }

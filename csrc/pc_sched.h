@@ -353,14 +353,19 @@ const char *pc_engine_transport_name(void);
 void pc_engine_stats(uint64_t *v, int n);
 extern _Atomic int pc_engine_thread_running;
 
-/* pc_timeline.c: events for a trace viewer (off unless enabled) */
+/* pc_timeline.c: events for a trace viewer (off unless enabled).
+ *   READY     the op's dependencies are met      START     it started
+ *   GATED     a send waits in a gate (order, cap) RELEASED  handed to the wire
+ *   WIRE_*    bytes on the emulated wire          DELIVERED/DROPPED/TIMEDOUT
+ *   COMPLETE  the op ended (with its outcome)     ROUND     a round armed */
 extern _Atomic int pc_tl_on;
 enum { PC_EV_READY = 1, PC_EV_START, PC_EV_COMPLETE, PC_EV_GATED,
        PC_EV_RELEASED, PC_EV_WIRE_START, PC_EV_WIRE_END, PC_EV_DELIVERED,
        PC_EV_DROPPED, PC_EV_TIMEDOUT, PC_EV_ROUND, PC_NEVENTS };
 void pc_tl_op(int ev, const pc_sched *s, int op, int outcome);
-void pc_tl_msg(int ev, uint64_t sched, int op, uint64_t round, int peer,
-               int tag, int64_t bytes, int prio, int outcome);
+/* t < 0: now */
+void pc_tl_msg(int ev, double t, uint64_t sched, int op, uint64_t round,
+               int peer, int tag, int64_t bytes, int prio, int outcome);
 int pc_tl_enable(int on);
 int64_t pc_tl_take(void *buf, int64_t cap);   /* drain recorded events */
 int64_t pc_tl_count(void);

@@ -66,11 +66,11 @@ void pc_tl_op(int what, const pc_sched *s, int op, int outcome)
     add(&e);
 }
 
-void pc_tl_msg(int what, uint64_t sched, int op, uint64_t round, int peer,
-               int tag, int64_t bytes, int prio, int outcome)
+void pc_tl_msg(int what, double t, uint64_t sched, int op, uint64_t round,
+               int peer, int tag, int64_t bytes, int prio, int outcome)
 {
-    pc_tl_event e = {pc_now(), sched, round, bytes, op, what, -1, peer, tag,
-                     prio, outcome, 0};
+    pc_tl_event e = {t < 0 ? pc_now() : t, sched, round, bytes, op, what, -1,
+                     peer, tag, prio, outcome, 0};
     add(&e);
 }
 

@@ -101,12 +101,14 @@ int pc_wire_use_network(const char *config, char *err, int errlen)
 {
     if (pc_wire_init() != PC_OK)
         return PC_ENOMEM;
-    if (W.tp->outstanding(W.tp) > 0) {
-        snprintf(err, errlen, "messages are in flight: set the network "
-                 "before any collective runs");
+    pc_transport *wire = pc_transport_mpi();
+    /* messages already handed to MPI go on as they are; an emulator may
+     * not be dropped while it still holds messages of its own */
+    if (W.tp->outstanding(W.tp) != wire->outstanding(wire)) {
+        snprintf(err, errlen, "the emulated network still carries messages: "
+                 "change it between collectives");
         return PC_EBUSY;
     }
-    pc_transport *wire = pc_transport_mpi();
     if (W.tp != wire) {             /* replace an earlier emulation */
         W.tp->shutdown(W.tp);
         W.tp = wire;
@@ -168,14 +170,15 @@ void pc_wire_set_send_cap(int cap)
         release_gated(&W.gates[p]);
 }
 
+/* tclass -1: a control message (the emulated network never loses one) */
 static int transmit(pc_sched *s, int op, void *buf, int count,
-                    MPI_Datatype dt, int tag, int64_t cookie)
+                    MPI_Datatype dt, int tag, int64_t cookie, int tclass)
 {
     pc_op *o = &s->ops[op];
     int size = 0;
     MPI_Type_size(dt, &size);
     pc_msg m = {1, buf, count, dt, (int64_t)count * size, o->peer, tag,
-                o->wpeer, s->comm, o->tclass, s, cookie, s->serial, s->round,
+                o->wpeer, s->comm, tclass, s, cookie, s->serial, s->round,
                 op, o->prio};
     int rc = W.tp->start(W.tp, &m, NULL);
     if (rc != MPI_SUCCESS)
@@ -184,8 +187,8 @@ static int transmit(pc_sched *s, int op, void *buf, int count,
     W.nsends++;
     atomic_fetch_add(&s->sends_left, 1);
     if (pc_tl_on)
-        pc_tl_msg(PC_EV_START, s->serial, op, s->round, o->wpeer, tag,
-                  m.bytes, o->prio, 0);
+        pc_tl_msg(PC_EV_RELEASED, -1, s->serial, op, s->round, o->wpeer,
+                  o->tag, m.bytes, o->prio, 0);
     return MPI_SUCCESS;
 }
 
@@ -193,10 +196,8 @@ static int release_gated(sendgate *g)
 {
     while (g->n > 0 && g->inflight < W.cap) {
         gated x = gate_pop(g);
-        if (pc_tl_on)
-            pc_tl_op(PC_EV_RELEASED, x.s, x.op, 0);
         int rc = transmit(x.s, x.op, x.buf, x.count, x.dt, x.tag,
-                          x.op | CK_GATED);
+                          x.op | CK_GATED, x.s->ops[x.op].tclass);
         if (rc != MPI_SUCCESS) {
             char msg[MPI_MAX_ERROR_STRING] = "";
             int len = 0;
@@ -218,9 +219,9 @@ int pc_engine_start_send(pc_sched *s, int op, void *buf, int count,
 {
     pc_op *o = &s->ops[op];
     if (tag < 0)                               /* control channel */
-        return transmit(s, op, buf, count, dt, s->tag_ub, op);
+        return transmit(s, op, buf, count, dt, s->tag_ub, op, -1);
     if (W.cap == 0 || o->wpeer < 0 || o->wpeer >= W.ngates)
-        return transmit(s, op, buf, count, dt, tag, op);
+        return transmit(s, op, buf, count, dt, tag, op, o->tclass);
     sendgate *g = &W.gates[o->wpeer];
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 16;
@@ -231,6 +232,8 @@ int pc_engine_start_send(pc_sched *s, int op, void *buf, int count,
         g->cap = cap;
     }
     gate_push(g, (gated){s, op, count, tag, o->prio, W.seq++, buf, dt});
+    if (pc_tl_on && g->inflight >= W.cap)
+        pc_tl_op(PC_EV_GATED, s, op, 0);
     return release_gated(g);
 }
 
@@ -497,6 +500,10 @@ void pc_wire_shutdown(void)
 {
     while (W.eps)
         ep_destroy(W.eps);
+    if (W.tp && W.tp != pc_transport_mpi()) {      /* leave the network */
+        W.tp->shutdown(W.tp);
+        W.tp = pc_transport_mpi();
+    }
     for (int p = 0; p < W.ngates; p++)
         free(W.gates[p].q);
     free(W.gates);

@@ -12,6 +12,16 @@ POLL_MAX_US = "PARTIALCOLL_POLL_MAX_US"
 GPU_PATH = "PARTIALCOLL_GPU_PATH"
 #: staged device messages are copied in pieces of this many bytes (1 MiB)
 GPU_CHUNK_BYTES = "PARTIALCOLL_GPU_CHUNK_BYTES"
+#: longest sleep (microseconds) of a progress thread whose only outstanding
+#: messages are long-lived receives; grows with the time since the last
+#: event (default 2000); read by the C core
+IDLE_MAX_US = "PARTIALCOLL_IDLE_MAX_US"
+#: a TOML file describing an emulated network (partialcoll.network)
+NETWORK = "PARTIALCOLL_NETWORK"
+#: write a Chrome trace / Perfetto timeline here at exit (partialcoll.timeline)
+TIMELINE = "PARTIALCOLL_TIMELINE"
+#: sends in flight per destination process (default 0: no cap)
+SEND_CAP = "PARTIALCOLL_SEND_CAP"
 
 
 def get(name, default=None, cast=str):

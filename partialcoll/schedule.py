@@ -615,6 +615,11 @@ class Schedule:
         self._core_sched().open_gate(int(op), int(round))
 
     @property
+    def serial(self):
+        """Process-local id of the committed schedule (timeline events)."""
+        return self._core_sched().serial
+
+    @property
     def rounds(self):
         """Number of rounds completed so far (monotonic)."""
         return self._core_sched().done

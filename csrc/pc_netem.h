@@ -1,0 +1,110 @@
+/* pc_netem.h -- the emulated network's model, shared by pc_netem.c (the
+ * transport) and pc_netem_model.c (configuration, rates, the fluid model).
+ *
+ * The model (one host; every rank sees the same CLOCK_MONOTONIC):
+ *   - every rank r has an outgoing and an incoming NIC with a rate (bytes/s,
+ *     INFINITY for unlimited); rates may follow seeded piecewise-constant
+ *     traces: every `every` seconds a new rate is drawn, independently per
+ *     NIC, from a discrete distribution (absolute rates or factors of the
+ *     NIC's base rate);
+ *   - each ordered pair (src, dst) is a FIFO channel: its messages go on the
+ *     wire one after another, and each arrives `latency(src, dst)` after its
+ *     last byte left;
+ *   - messages on the wire at the same time share the NICs max-min fairly
+ *     (progressive filling over the out-NIC of the sender and the in-NIC of
+ *     the receiver: two senders into one receiver get half each);
+ *   - a message is lost with probability drop(src, dst, traffic class),
+ *     decided by the sender from a counter-based hash of (seed, src, dst,
+ *     class, message number): the same messages are lost in every run.  A
+ *     lost message still uses the wire; the receiver is told (mode "told")
+ *     or not ("silent": its receive must time out).  Class -1 (the control
+ *     channel of round-stamped messages) is never dropped.
+ * Not modelled: switch buffers and queueing inside the network, congestion
+ * control, multiple hosts.
+ *
+ * The state every rank must agree on (channel queues, flows, the model's
+ * time) lives in a POSIX shared-memory segment guarded by a process-shared
+ * mutex; any rank may advance the model, which is analytic between events.
+ */
+#ifndef PC_NETEM_H
+#define PC_NETEM_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+enum { NETEM_QCAP = 256, NETEM_NCLASS = 16, NETEM_MAXRANKS = 256 };
+enum { NIC_OUT = 0, NIC_IN = 1 };
+
+typedef struct {
+    int nranks;                 /* ranks covered */
+    int *ranks;
+    int nic;                    /* NIC_OUT, NIC_IN, or 2: both */
+    double every;
+    int factors;                /* values are factors of the base rate */
+    int nvalues;
+    double *values, *cum;       /* cumulative probabilities */
+} netem_trace;
+
+typedef struct {
+    int src, dst, tclass;       /* tclass -2: every class */
+    double drop;
+} netem_drop;
+
+typedef struct {
+    char shm[128];
+    int P;
+    uint64_t seed;
+    int silent;                 /* drop mode */
+    double tick;                /* longest sleep while own flows are on */
+    double *out_rate, *in_rate; /* base rates, bytes/s (INFINITY: none) */
+    double latency_default, *latency;   /* P*P, NAN: default */
+    double drop_class[NETEM_NCLASS];
+    netem_drop *drops;
+    int ndrops;
+    netem_trace *traces;
+    int ntraces;
+} netem_config;
+
+/* one message in a channel's ring (shared memory) */
+typedef struct {
+    int64_t bytes;
+    uint64_t id;
+    double left;                /* bytes not yet on the wire */
+    double t_start, t_end;
+    int state;                  /* ENT_QUEUED, ENT_WIRE, ENT_DONE */
+} netem_ent;
+
+enum { ENT_QUEUED = 0, ENT_WIRE = 1, ENT_DONE = 2 };
+
+typedef struct {
+    uint32_t head, n;           /* entries head .. head + n - 1 (mod QCAP) */
+    uint32_t cur;               /* offset of the first entry not done */
+    netem_ent e[NETEM_QCAP];
+} netem_chan;
+
+typedef struct {
+    uint64_t magic;
+    _Atomic int ready, attached;
+    pthread_mutex_t mtx;        /* process-shared */
+    int P;
+    double t0;                  /* the network's time zero */
+    double t_model;             /* the model is advanced up to here */
+    netem_chan ch[];            /* P * P, [src * P + dst] */
+} netem_shm;
+
+int netem_parse(netem_config *c, const char *text, char *err, int errlen);
+void netem_config_free(netem_config *c);
+double netem_latency(const netem_config *c, int src, int dst);
+double netem_drop_p(const netem_config *c, int src, int dst, int tclass);
+int netem_lost(const netem_config *c, int src, int dst, int tclass,
+               uint64_t k);
+/* advance the fluid model to `now` (mutex held) */
+void netem_advance(const netem_config *c, netem_shm *S, double now);
+/* when the first of src's messages on the wire would finish at the
+ * current rates (mutex held); INFINITY if none */
+double netem_next_finish(const netem_config *c, netem_shm *S, int src);
+/* the rate of a NIC at time t */
+double netem_rate(const netem_config *c, double t0, int rank, int nic,
+                  double t);
+
+#endif

@@ -1,0 +1,316 @@
+"""An emulated network for one host: slow, uneven and lossy links.
+
+Every message of every library communicator of the process goes through
+it (the C transport in ``csrc/pc_netem.c``): each rank has an outgoing and
+an incoming NIC with a rate, each ordered pair of ranks is a FIFO channel
+with a latency, messages on the wire at the same time share NICs max-min
+fairly (two senders into one receiver get half each), rates may follow a
+seeded piecewise-constant trace, and messages are lost with a probability
+per pair and traffic class.  Everything random is seeded: the same drops
+and rates in every run.
+
+Describe it in TOML (rates: ``"10 MB/s"``, ``"2.5 MiB/s"``, ``"1 Gb/s"``
+(bits), a number of bytes/s, or ``"unlimited"``; times: ``"1 ms"``,
+``"250 us"``, ``"2 s"`` or seconds)::
+
+    seed = 1
+    drop_mode = "told"           # or "silent": the receiver must time out
+    [default]
+    out_rate = "10 MB/s"
+    in_rate = "10 MB/s"
+    latency = "1 ms"
+    drop = 0.0
+    [rank.0]                     # per-rank overrides
+    out_rate = "100 MB/s"
+    [[pair]]                     # per ordered pair (optional `class`)
+    src = 0
+    dst = 1
+    latency = "5 ms"
+    drop = 0.05
+    [class.1]                    # per traffic class (Schedule.send(traffic_class=1))
+    drop = 0.1
+    [[trace]]                    # a new rate every `every`, per NIC
+    ranks = "all"                # or a list
+    nic = "both"                 # "out", "in" or "both" (drawn independently)
+    every = "2 s"
+    factors = [1, 2.5, 3.3, 5, 10]     # of the NIC's base rate (or `rates`)
+    probabilities = [0, 0, 0, 0.1, 0.9]
+
+and use it with ``PARTIALCOLL_NETWORK=net.toml`` (read when partialcoll is
+imported: every rank of the job then shares one network) or
+``partialcoll.network.enable("net.toml")`` (collective over
+``MPI.COMM_WORLD``, before any message is in flight).
+
+A drop probability applies to (src, dst, class) from the most specific
+entry: a ``[[pair]]`` with that class, a ``[[pair]]`` without one, the
+class's table, then ``[default]``.  Round-stamped control messages (the
+activation of partial collectives) are delayed like the rest but never
+lost.  A lost message still occupies the wire.
+
+What it does not model: queueing and buffers inside switches, congestion
+control, and several hosts (all ranks share one clock and one shared-memory
+segment, so it runs on one machine only).
+"""
+import hashlib
+import math
+import os
+import re
+
+from mpi4py import MPI
+
+from . import _core, _env
+from ._errors import ScheduleError
+
+_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "ki": 2 ** 10, "mi": 2 ** 20,
+          "gi": 2 ** 30}
+_TIMES = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_KEYS = {"out_rate", "in_rate", "latency", "drop"}
+_state = {"config": None, "generation": 0}
+
+
+def rate(value, what="rate"):
+    """Bytes per second from '10 MB/s', '2.5 MiB/s', '1 Gb/s', a number, or
+    'unlimited' (returns math.inf)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value <= 0:
+            raise ScheduleError(f"{what} must be > 0, got {value!r}")
+        return float(value)
+    text = str(value).strip()
+    if text.lower() in ("unlimited", "inf", "none"):
+        return math.inf
+    m = re.fullmatch(r"([0-9.eE+-]+)\s*([kKmMgG]i?)?([bB])(/s|ps)", text)
+    if not m:
+        raise ScheduleError(f"{what}: cannot read {value!r} (write e.g. "
+                            "'10 MB/s', '2 MiB/s', '1 Gb/s' or 'unlimited')")
+    prefix = (m.group(2) or "").lower()
+    v = float(m.group(1)) * _UNITS[prefix] / (8 if m.group(3) == "b" else 1)
+    if not v > 0:
+        raise ScheduleError(f"{what} must be > 0, got {value!r}")
+    return v
+
+
+def seconds(value, what="time"):
+    """Seconds from '1 ms', '250 us', '2 s' or a number of seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        v = float(value)
+    else:
+        m = re.fullmatch(r"([0-9.eE+-]+)\s*(s|ms|us|µs|ns)", str(value).strip())
+        if not m:
+            raise ScheduleError(f"{what}: cannot read {value!r} (write e.g. "
+                                "'1 ms', '250 us' or '2 s')")
+        v = float(m.group(1)) * _TIMES[m.group(2)]
+    if not 0 <= v < 1e6:
+        raise ScheduleError(f"{what} must be >= 0, got {value!r}")
+    return v
+
+
+def _probability(value, what):
+    if not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ScheduleError(f"{what} must be a probability in [0, 1], got "
+                            f"{value!r}")
+    return float(value)
+
+
+def _check_keys(table, allowed, where):
+    unknown = set(table) - set(allowed)
+    if unknown:
+        raise ScheduleError(f"{where}: unknown key(s) {sorted(unknown)}; "
+                            f"allowed: {sorted(allowed)}")
+
+
+def _rank(value, P, where):
+    if not isinstance(value, int) or not 0 <= value < P:
+        raise ScheduleError(f"{where}: rank {value!r} is not in 0..{P - 1}")
+    return value
+
+
+def _traces(cfg, P):
+    out = []
+    for k, t in enumerate(cfg.get("trace", [])):
+        where = f"[[trace]] #{k + 1}"
+        _check_keys(t, {"ranks", "nic", "every", "rates", "factors",
+                        "probabilities"}, where)
+        ranks = t.get("ranks", "all")
+        ranks = list(range(P)) if ranks == "all" else \
+            [_rank(r, P, where) for r in ranks]
+        nic = {"out": 0, "in": 1, "both": 2}.get(t.get("nic", "both"))
+        if nic is None:
+            raise ScheduleError(f"{where}: nic must be 'out', 'in' or 'both'")
+        if ("rates" in t) == ("factors" in t):
+            raise ScheduleError(f"{where}: give either rates or factors")
+        factors = "factors" in t
+        values = [float(v) if factors else rate(v, where)
+                  for v in (t["factors"] if factors else t["rates"])]
+        if factors and any(not v >= 0 for v in values):
+            raise ScheduleError(f"{where}: factors must be >= 0")
+        probs = t.get("probabilities", [1 / len(values)] * len(values))
+        if len(probs) != len(values) or \
+                any(not isinstance(p, (int, float)) or p < 0 for p in probs) \
+                or abs(sum(probs) - 1) > 1e-6:
+            raise ScheduleError(f"{where}: probabilities must be one per "
+                                "value, >= 0, summing to 1")
+        out.append(dict(ranks=ranks, nic=nic,
+                        every=seconds(t.get("every", 1.0), where),
+                        factors=factors, values=values,
+                        probabilities=[float(p) for p in probs]))
+        if out[-1]["every"] <= 0:
+            raise ScheduleError(f"{where}: every must be > 0")
+    return out
+
+
+def normalise(cfg, nranks):
+    """Check a parsed description (a dict, as from TOML) for ``nranks``
+    ranks; returns the normalised dict every rate/probability resolved."""
+    if not isinstance(cfg, dict):
+        raise ScheduleError("a network description is a dict or a TOML file")
+    P = nranks
+    _check_keys(cfg, {"seed", "drop_mode", "tick", "default", "rank", "pair",
+                      "class", "trace"}, "network")
+    default = cfg.get("default", {})
+    _check_keys(default, _KEYS, "[default]")
+    mode = cfg.get("drop_mode", "told")
+    if mode not in ("told", "silent"):
+        raise ScheduleError("drop_mode must be 'told' or 'silent'")
+    seed = cfg.get("seed", 0)
+    if not isinstance(seed, int) or seed < 0:
+        raise ScheduleError("seed must be an int >= 0")
+    nic = []
+    for r in range(P):
+        t = cfg.get("rank", {}).get(str(r), {})
+        _check_keys(t, {"out_rate", "in_rate"}, f"[rank.{r}]")
+        nic.append(tuple(rate(t.get(k, default.get(k, "unlimited")),
+                              f"[rank.{r}] {k}")
+                         for k in ("out_rate", "in_rate")))
+    for key in cfg.get("rank", {}):
+        if not key.isdigit() or int(key) >= P:
+            raise ScheduleError(f"[rank.{key}]: not a rank of 0..{P - 1}")
+    classes = {}
+    for key, t in cfg.get("class", {}).items():
+        if not key.isdigit() or int(key) >= 16:
+            raise ScheduleError(f"[class.{key}]: classes are 0..15")
+        _check_keys(t, {"drop"}, f"[class.{key}]")
+        classes[int(key)] = _probability(t.get("drop", 0), f"[class.{key}] drop")
+    pairs = []
+    for k, t in enumerate(cfg.get("pair", [])):
+        where = f"[[pair]] #{k + 1}"
+        _check_keys(t, {"src", "dst", "latency", "drop", "class"}, where)
+        s, d = _rank(t.get("src"), P, where), _rank(t.get("dst"), P, where)
+        cls = t.get("class", -2)
+        if cls != -2 and (not isinstance(cls, int) or not 0 <= cls < 16):
+            raise ScheduleError(f"{where}: class must be in 0..15")
+        pairs.append(dict(src=s, dst=d, tclass=cls,
+                          latency=None if "latency" not in t else
+                          seconds(t["latency"], f"{where} latency"),
+                          drop=None if "drop" not in t else
+                          _probability(t["drop"], f"{where} drop")))
+    return dict(ranks=P, seed=seed, drop_mode=mode,
+                tick=seconds(cfg.get("tick", 0.001), "tick"), nic=nic,
+                latency=seconds(default.get("latency", 0), "[default] latency"),
+                drop=_probability(default.get("drop", 0), "[default] drop"),
+                classes=classes, pairs=pairs, traces=_traces(cfg, P))
+
+
+def _job_key():
+    """The same string on every rank of this job on this host: the
+    launcher's process and its start time (pid reuse cannot collide)."""
+    ppid = os.getppid()
+    try:
+        with open(f"/proc/{ppid}/stat") as f:
+            start = f.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        start = "0"
+    return f"{ppid}-{start}"
+
+
+def _text(n, shm):
+    """The C core's description: one directive per line."""
+    lines = [f"ranks {n['ranks']}", f"shm {shm}", f"seed {n['seed']}",
+             f"mode {n['drop_mode']}", f"tick {n['tick']!r}",
+             f"latency_default {n['latency']!r}"]
+    for r, (o, i) in enumerate(n["nic"]):
+        lines.append(f"nic {r} {-1 if math.isinf(o) else o!r} "
+                     f"{-1 if math.isinf(i) else i!r}")
+    for c in range(16):
+        lines.append(f"drop_class {c} {n['classes'].get(c, n['drop'])!r}")
+    for p in n["pairs"]:
+        if p["latency"] is not None:
+            lines.append(f"latency {p['src']} {p['dst']} {p['latency']!r}")
+    # class-less pair entries first, so entries with a class override them
+    for p in sorted(n["pairs"], key=lambda p: p["tclass"] != -2):
+        if p["drop"] is not None:
+            lines.append(f"drop {p['src']} {p['dst']} {p['tclass']} "
+                         f"{p['drop']!r}")
+    for t in n["traces"]:
+        lines.append("trace " + " ".join(map(str, [
+            len(t["ranks"]), *t["ranks"], t["nic"], repr(t["every"]),
+            int(t["factors"]), len(t["values"]),
+            *map(repr, t["values"]), *map(repr, t["probabilities"])])))
+    return "\n".join(lines) + "\n"
+
+
+def load(source):
+    """A description from a TOML path or a dict (not yet checked)."""
+    if isinstance(source, dict):
+        return source
+    import tomllib
+    try:
+        with open(source, "rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise ScheduleError(f"cannot read the network file {source!r}: "
+                            f"{e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ScheduleError(f"{source}: not valid TOML: {e}") from None
+
+
+def _install(n, generation):
+    digest = hashlib.sha1(repr(n).encode()).hexdigest()[:10]
+    shm = f"/partialcoll-{_job_key()}-{generation}-{digest}"
+    _core.set_network(_text(n, shm))
+    _state["config"] = n
+
+
+def enable(source, comm=None):
+    """Put every library communicator of the process on an emulated network.
+
+    Collective over ``comm`` (default ``MPI.COMM_WORLD``, which the network
+    must span); call it before any message is in flight.  ``source``: a
+    TOML path or a dict (see the module docstring).  Returns the normalised
+    description."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if comm.Get_size() != MPI.COMM_WORLD.Get_size():
+        raise ScheduleError("the emulated network spans MPI_COMM_WORLD: "
+                            "enable it collectively over COMM_WORLD")
+    n = normalise(load(source), comm.Get_size())
+    everyone = comm.allgather(repr(n))
+    if any(x != everyone[0] for x in everyone):
+        raise ScheduleError("partialcoll.network.enable() was given "
+                            "different descriptions on different ranks")
+    _state["generation"] += 1
+    _install(n, _state["generation"])
+    comm.Barrier()
+    return n
+
+
+def disable(comm=None):
+    """Back to plain MPI (collective, no message in flight)."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    comm.Barrier()
+    _core.set_network("")
+    _state["config"] = None
+    comm.Barrier()
+
+
+def current():
+    """The normalised description in use, or None (plain MPI)."""
+    return _state["config"]
+
+
+def _from_environment():
+    path = _env.get(_env.NETWORK)
+    if path:
+        n = normalise(load(path), MPI.COMM_WORLD.Get_size())
+        _install(n, 0)
+
+
+_from_environment()
