@@ -160,15 +160,13 @@ void pc_engine_notify(pc_sched *s)
 static void take_inbox(void)             /* prog held */
 {
     pthread_mutex_lock(&E.mtx);
-    pc_sched *s = E.inbox;
-    E.inbox = NULL;
-    pthread_mutex_unlock(&E.mtx);
-    while (s) {
-        pc_sched *nx = s->inbox_next;
+    for (pc_sched *s = E.inbox, *nx; s; s = nx) {
+        nx = s->inbox_next;
         s->on_inbox = 0;
         pc_engine_queue(s);
-        s = nx;
     }
+    E.inbox = NULL;
+    pthread_mutex_unlock(&E.mtx);
 }
 
 /* ---- timers: a heap by `when` (prog held) */
@@ -375,9 +373,9 @@ static void *progress_main(void *arg)
         double us = p ? 0 : pause_us(idle + 1);
         pthread_mutex_unlock(&E.prog);
         pthread_mutex_lock(&E.mtx);
-        if (p || E.inbox) {
-            idle = 0;
-            continue;
+        if (p || E.inbox || E.shutdown) {   /* re-check under mtx: a wake */
+            idle = 0;                        /* sent during the sweep must */
+            continue;                        /* not be slept through */
         }
         idle++;
         if (us <= 0) {
@@ -694,6 +692,14 @@ int pc_engine_set_send_cap(int cap)
     pc_wire_set_send_cap(cap);
     pthread_mutex_unlock(&E.prog);
     return PC_OK;
+}
+
+void pc_engine_stats(uint64_t *v, int n)
+{
+    pthread_once(&once, init_once);
+    pthread_mutex_lock(&E.prog);
+    pc_wire_stats(v, n);
+    pthread_mutex_unlock(&E.prog);
 }
 
 int pc_engine_sends_left(void)

@@ -17,6 +17,7 @@ void pc_wire_shutdown(void);
 int pc_wire_init(void);              /* the MPI transport, once */
 int pc_wire_use_network(const char *config, char *err, int errlen);
 void pc_wire_set_send_cap(int cap);
+void pc_wire_stats(uint64_t *v, int n);
 
 /* pc_engine.c, progress lock held */
 void pc_engine_mark_event(void);

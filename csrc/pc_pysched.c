@@ -39,7 +39,8 @@ int pc_reap(void)
     int keep = 0;
     for (int k = 0; k < npark; k++) {
         parked *p = &park[k];
-        if (atomic_load(&p->s->sends_left) > 0) {
+        if (atomic_load_explicit(&p->s->sends_left,
+                                 memory_order_acquire) > 0) {
             park[keep++] = *p;
             continue;
         }

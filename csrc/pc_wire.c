@@ -481,17 +481,20 @@ int pc_wire_poll(void)
         int64_t c = d[k].cookie;
         if (c >= 0)
             W.nhot--;
-        if (d[k].send) {
-            W.nsends--;
-            atomic_fetch_sub(&s->sends_left, 1);
-            if ((c & CK_GATED) && W.gates) {
-                sendgate *g = &W.gates[s->ops[CK_OP(c)].wpeer];
-                g->inflight--;
-                release_gated(g);
-            }
+        if (d[k].send && (c & CK_GATED) && W.gates) {
+            sendgate *g = &W.gates[s->ops[CK_OP(c)].wpeer];
+            g->inflight--;
+            release_gated(g);
         }
         pc_sched_on_done(s, c >= 0 ? CK_OP(c) : c, &d[k]);
         pc_engine_queue(s);
+        if (d[k].send) {
+            /* last touch: a freed schedule may be released (pc_reap) as
+             * soon as its sends_left reaches 0 */
+            W.nsends--;
+            atomic_fetch_sub_explicit(&s->sends_left, 1,
+                                      memory_order_release);
+        }
     }
     return n;
 }
@@ -511,7 +514,7 @@ void pc_wire_shutdown(void)
     W.ngates = 0;
 }
 
-void pc_engine_stats(uint64_t *v, int n)
+void pc_wire_stats(uint64_t *v, int n)
 {
     uint64_t all[6] = {W.foreign, W.unclaimed, (uint64_t)W.nhot,
                        (uint64_t)W.nsends,
