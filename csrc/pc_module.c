@@ -102,6 +102,20 @@ static PyObject *mod_set_network(PyObject *m, PyObject *args)
     return PyUnicode_FromString(pc_engine_transport_name());
 }
 
+/* network_rate(rank, nic, t) -> (bytes/s, the network's time zero) */
+static PyObject *mod_network_rate(PyObject *m, PyObject *args)
+{
+    (void)m;
+    int rank, nic;
+    double t, rate, t0;
+    if (!PyArg_ParseTuple(args, "iid", &rank, &nic, &t))
+        return NULL;
+    if (pc_netem_query(rank, nic, t, &rate, &t0) < 0)
+        return pc_raise(PC_EINVAL, "no emulated network in use, or no such "
+                        "rank/NIC");
+    return Py_BuildValue("(dd)", rate, t0);
+}
+
 static PyObject *mod_engine_stats(PyObject *m, PyObject *unused)
 {
     (void)m;
@@ -282,6 +296,8 @@ static PyMethodDef mod_methods[] = {
     {"set_network", mod_set_network, METH_VARARGS,
      "set_network(config) -> transport name"},
     {"engine_stats", mod_engine_stats, METH_NOARGS, "engine counters"},
+    {"network_rate", mod_network_rate, METH_VARARGS,
+     "network_rate(rank, nic, t) -> (rate, t0): the emulated NIC's rate"},
     {"timeline_enable", mod_timeline_enable, METH_VARARGS,
      "timeline_enable(on) -> bytes per event"},
     {"timeline_take", mod_timeline_take, METH_NOARGS,

@@ -67,6 +67,8 @@ typedef struct {
     unsigned char scratch[8];
 } netem;
 
+static netem *current;       /* the network in use (for the queries) */
+
 /* ---- the shared segment */
 static void shm_lock(netem *N)
 {
@@ -439,6 +441,8 @@ static int netem_outstanding(pc_transport *tp)
 static void netem_shutdown(pc_transport *tp)
 {
     netem *N = (netem *)tp;
+    if (current == N)
+        current = NULL;
     detach(N);
     for (int d = 0; N->out && d < N->P; d++)
         for (nsend *x = N->out[d].head, *nx; x; x = nx) {
@@ -457,6 +461,16 @@ static void netem_shutdown(pc_transport *tp)
     free(N->done);
     netem_config_free(&N->cfg);
     free(N);
+}
+
+int pc_netem_query(int rank, int nic, double t, double *rate, double *t0)
+{
+    netem *N = current;
+    if (!N || rank < 0 || rank >= N->P || (nic != NIC_OUT && nic != NIC_IN))
+        return -1;
+    *t0 = N->S->t0;
+    *rate = netem_rate(&N->cfg, N->S->t0, rank, nic, t);
+    return 0;
 }
 
 pc_transport *pc_netem_create(pc_transport *wire, const char *config,
@@ -489,6 +503,7 @@ pc_transport *pc_netem_create(pc_transport *wire, const char *config,
     }
     if (attach(N, err, errlen) != 0)
         goto fail;
+    current = N;
     return &N->base;
 fail:
     netem_shutdown(&N->base);

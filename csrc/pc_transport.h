@@ -85,5 +85,8 @@ pc_transport *pc_transport_mpi(void);
 /* The emulated network (pc_netem.c); NULL with err set if it cannot start. */
 pc_transport *pc_netem_create(pc_transport *wire, const char *config,
                               char *err, int errlen);
+/* The emulated network's rate for a NIC (0 out, 1 in) at time t, and its
+ * time zero; -1 when no network is in use. */
+int pc_netem_query(int rank, int nic, double t, double *rate, double *t0);
 
 #endif

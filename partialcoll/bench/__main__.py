@@ -2,10 +2,10 @@
 partialcoll.bench``), run under mpiexec."""
 import sys
 
-from . import hyperplane, latency, lstm, overhead, sweep
+from . import hyperplane, latency, lstm, netcal, overhead, sweep
 
 COMMANDS = {"latency": latency, "sweep": sweep, "overhead": overhead,
-            "hyperplane": hyperplane, "lstm": lstm}
+            "hyperplane": hyperplane, "lstm": lstm, "netcal": netcal}
 
 
 def main(argv=None):
