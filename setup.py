@@ -61,12 +61,14 @@ class BuildExt(build_ext):
 ext = Extension(
     "partialcoll._core",
     sources=[f"csrc/{f}" for f in (
-        "pc_module.c", "pc_pysched.c", "pc_sched.c", "pc_round.c",
-        "pc_engine.c", "pc_wire.c", "pc_transport_mpi.c", "pc_netem.c",
+        "pc_module.c", "pc_pysched.c", "pc_pyattrs.c", "pc_sched.c",
+        "pc_round.c", "pc_inflight.c", "pc_engine.c", "pc_timers.c",
+        "pc_wire.c", "pc_transport_mpi.c", "pc_netem.c",
         "pc_netem_model.c", "pc_timeline.c", "pc_types.c", "pc_device.c")],
     depends=[f"csrc/{f}" for f in ("pc_sched.h", "pc_device.h",
                                     "pc_transport.h", "pc_engine_int.h",
-                                    "pc_module.h", "pc_netem.h")],
+                                    "pc_module.h", "pc_netem.h",
+                                    "pc_round.h")],
     extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-missing-braces",
                         "-D_GNU_SOURCE"],
     # site-packages/partialcoll -> <prefix>/lib, where the mpich wheel lives

@@ -34,21 +34,11 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct {
-    double when;
-    pc_sched *s;
-    int op;
-    uint32_t gen;
-    uint64_t round;
-} timer;
-
 static struct {
     pthread_mutex_t mtx, prog;
     pthread_cond_t cv, gcv;
     pc_sched *inbox;                     /* mtx */
     pc_sched *work, *work_tail, *polled; /* prog */
-    timer *timers;                       /* prog: heap by `when` */
-    int ntimers, captimers;
     pthread_t thread;
     int started, shutdown;
     _Atomic int drivers;
@@ -169,85 +159,11 @@ static void take_inbox(void)             /* prog held */
     pthread_mutex_unlock(&E.mtx);
 }
 
-/* ---- timers: a heap by `when` (prog held) */
-static void timer_sift_up(int k)
-{
-    timer x = E.timers[k];
-    while (k > 0) {
-        int up = (k - 1) / 2;
-        if (E.timers[up].when <= x.when)
-            break;
-        E.timers[k] = E.timers[up];
-        k = up;
-    }
-    E.timers[k] = x;
-}
-
-static void timer_sift_down(int k)
-{
-    timer x = E.timers[k];
-    for (;;) {
-        int c = 2 * k + 1;
-        if (c >= E.ntimers)
-            break;
-        if (c + 1 < E.ntimers && E.timers[c + 1].when < E.timers[c].when)
-            c++;
-        if (x.when <= E.timers[c].when)
-            break;
-        E.timers[k] = E.timers[c];
-        k = c;
-    }
-    E.timers[k] = x;
-}
-
-int pc_engine_add_timer(pc_sched *s, int op, double when)
-{
-    if (E.ntimers == E.captimers) {
-        int cap = E.captimers ? 2 * E.captimers : 64;
-        timer *t = pc_realloc(E.timers, (size_t)cap * sizeof(timer));
-        if (!t) {
-            pc_sched_set_error(s, PC_ENOMEM, "out of memory adding a timer "
-                               "for op %d", op);
-            return PC_ENOMEM;
-        }
-        E.timers = t;
-        E.captimers = cap;
-    }
-    E.timers[E.ntimers] = (timer){when, s, op, s->ops[op].tgen, s->round};
-    timer_sift_up(E.ntimers++);
-    return PC_OK;
-}
-
-static void remove_timers(pc_sched *s)
-{
-    int keep = 0;
-    for (int k = 0; k < E.ntimers; k++)
-        if (E.timers[k].s != s)
-            E.timers[keep++] = E.timers[k];
-    E.ntimers = keep;
-    for (int k = E.ntimers / 2 - 1; k >= 0; k--)
-        timer_sift_down(k);
-}
-
-static int fire_timers(double now)
-{
-    int n = 0;
-    while (E.ntimers > 0 && E.timers[0].when <= now) {
-        timer t = E.timers[0];
-        E.timers[0] = E.timers[--E.ntimers];
-        if (E.ntimers)
-            timer_sift_down(0);
-        pc_sched_on_timer(t.s, t.op, t.round, t.gen);
-        n++;
-    }
-    return n;
-}
-
 /* ---- sweeping (prog held) */
 static void on_error(pc_sched *s)
 {
     pc_sched_stop(s);
-    remove_timers(s);
+    pc_timers_remove(s);
     pthread_mutex_lock(&E.mtx);
     pthread_cond_broadcast(&E.gcv);
     pthread_mutex_unlock(&E.mtx);
@@ -316,12 +232,12 @@ static int sweep(void)
     take_inbox();
     n += run_work();
     n += pc_wire_poll();
-    n += fire_timers(pc_now());
+    n += pc_timers_fire(pc_now());
     n += run_polled();
     n += run_work();
     if (n)
         pc_engine_mark_event();
-    atomic_store(&E.quiet, !E.work && !E.polled && E.ntimers == 0 &&
+    atomic_store(&E.quiet, !E.work && !E.polled && pc_timers_next() == HUGE_VAL &&
                                pc_wire_outstanding() == 0);
     return n;
 }
@@ -333,7 +249,7 @@ static double pause_us(long idle)
     double now = pc_now(), until = HUGE_VAL, us;
     if (E.work)
         return 0;
-    double next = E.ntimers ? E.timers[0].when : HUGE_VAL;
+    double next = pc_timers_next();
     double tp = pc_wire_next_poll();
     if (tp < next)
         next = tp;
@@ -638,7 +554,7 @@ int pc_engine_free(pc_sched *s)
     pthread_mutex_lock(&E.prog);
     atomic_store(&s->closing, 1);
     unlink_all(s);
-    remove_timers(s);
+    pc_timers_remove(s);
     pc_sched_stop(s);
     int left = atomic_load(&s->sends_left);
     pthread_mutex_unlock(&E.prog);

@@ -19,6 +19,11 @@ int pc_wire_use_network(const char *config, char *err, int errlen);
 void pc_wire_set_send_cap(int cap);
 void pc_wire_stats(uint64_t *v, int n);
 
+/* pc_timers.c, progress lock held (pc_engine_add_timer is in pc_sched.h) */
+double pc_timers_next(void);         /* earliest due time, HUGE_VAL: none */
+int pc_timers_fire(double now);      /* fire what is due; how many */
+void pc_timers_remove(pc_sched *s);  /* all of a schedule's */
+
 /* pc_engine.c, progress lock held */
 void pc_engine_mark_event(void);
 

@@ -4,15 +4,7 @@
  * and maps the return code through pc_raise(). */
 #include "pc_module.h"
 
-typedef struct {
-    PyObject_HEAD
-    pc_sched *s;
-    pc_sched *locked;          /* held by lock() until unlock() */
-    int nslots;
-    Py_buffer *views;
-    char *has_view;
-    PyObject *comm;            /* keeps the mpi4py communicator alive */
-} SchedObject;
+
 
 /* Freed schedules whose sends are still in flight keep their buffers
  * here (MPI reads them until the sends complete); reaped with the GIL. */
@@ -53,7 +45,7 @@ int pc_reap(void)
     return npark;
 }
 
-static int check_open(SchedObject *self)
+int pc_check_open(SchedObject *self)
 {
     if (!self->s) {
         pc_raise(PC_EFREED, "the schedule has been freed");
@@ -229,7 +221,7 @@ static PyObject *sched_bind(SchedObject *self, PyObject *args)
     int slot, writable;
     PyObject *obj;
     if (!PyArg_ParseTuple(args, "iOp", &slot, &obj, &writable) ||
-        check_open(self) || slot_arg(self, slot) ||
+        pc_check_open(self) || slot_arg(self, slot) ||
         bind_slot(self, slot, obj, writable) < 0)
         return NULL;
     Py_RETURN_NONE;
@@ -239,7 +231,7 @@ static PyObject *sched_bind(SchedObject *self, PyObject *args)
 static PyObject *sched_unbind(SchedObject *self, PyObject *args)
 {
     int slot;
-    if (!PyArg_ParseTuple(args, "i", &slot) || check_open(self) ||
+    if (!PyArg_ParseTuple(args, "i", &slot) || pc_check_open(self) ||
         slot_arg(self, slot))
         return NULL;
     if (self->has_view[slot]) {
@@ -258,7 +250,7 @@ static PyObject *sched_bind_ptr(SchedObject *self, PyObject *args)
     unsigned long long ptr;
     long long nbytes;
     if (!PyArg_ParseTuple(args, "iKLpi", &slot, &ptr, &nbytes, &writable,
-                          &space) || check_open(self) || slot_arg(self, slot))
+                          &space) || pc_check_open(self) || slot_arg(self, slot))
         return NULL;
     if (nbytes < 0 || (space != PC_HOST && space != PC_DEVICE))
         return pc_raise(PC_EINVAL, "bad size or memory space");
@@ -281,7 +273,7 @@ static PyObject *sched_set_device(SchedObject *self, PyObject *args)
     char err[256] = "";
     if (!PyArg_ParseTuple(args, "iKKy*", &backend, &ctx, &stream, &kernels))
         return NULL;
-    if (check_open(self)) {
+    if (pc_check_open(self)) {
         PyBuffer_Release(&kernels);
         return NULL;
     }
@@ -313,7 +305,7 @@ static PyObject *do_post(SchedObject *self, int wake)
 static PyObject *sched_post(SchedObject *self, PyObject *unused)
 {
     (void)unused;
-    if (check_open(self))
+    if (pc_check_open(self))
         return NULL;
     return do_post(self, 1);
 }
@@ -321,7 +313,7 @@ static PyObject *sched_post(SchedObject *self, PyObject *unused)
 static PyObject *sched_set_tag_base(SchedObject *self, PyObject *args)
 {
     int base;
-    if (!PyArg_ParseTuple(args, "i", &base) || check_open(self))
+    if (!PyArg_ParseTuple(args, "i", &base) || pc_check_open(self))
         return NULL;
     int rc = pc_sched_set_tag_base(self->s, base);
     if (rc != PC_OK)
@@ -335,7 +327,7 @@ static PyObject *sched_fire(SchedObject *self, PyObject *args)
 {
     int op;
     long long round = -1;
-    if (!PyArg_ParseTuple(args, "i|L", &op, &round) || check_open(self))
+    if (!PyArg_ParseTuple(args, "i|L", &op, &round) || pc_check_open(self))
         return NULL;
     int rc = pc_engine_fire(self->s, op, round);
     if (rc != PC_OK)
@@ -404,7 +396,7 @@ static PyObject *sched_wait(SchedObject *self, PyObject *args)
 {
     unsigned long long upto, done = 0;
     double timeout = -1.0;
-    if (!PyArg_ParseTuple(args, "K|d", &upto, &timeout) || check_open(self))
+    if (!PyArg_ParseTuple(args, "K|d", &upto, &timeout) || pc_check_open(self))
         return NULL;
     if (wait_upto(self, upto, timeout, &done) < 0)
         return NULL;
@@ -414,7 +406,7 @@ static PyObject *sched_wait(SchedObject *self, PyObject *args)
 static PyObject *sched_test(SchedObject *self, PyObject *args)
 {
     unsigned long long upto;
-    if (!PyArg_ParseTuple(args, "K", &upto) || check_open(self))
+    if (!PyArg_ParseTuple(args, "K", &upto) || pc_check_open(self))
         return NULL;
     if (atomic_load(&self->s->error) != PC_OK)
         return raise_sched_error(self->s, PC_OK);
@@ -435,7 +427,7 @@ static PyObject *sched_run(SchedObject *self, PyObject *args)
     int tag_base;
     double timeout = -1.0;
     if (!PyArg_ParseTuple(args, "OOi|d", &send, &recv, &tag_base, &timeout) ||
-        check_open(self))
+        pc_check_open(self))
         return NULL;
     if (!pc_sched_idle(self->s))
         return pc_raise(PC_EBUSY, "the schedule is running");
@@ -465,7 +457,7 @@ static PyObject *sched_run(SchedObject *self, PyObject *args)
 static PyObject *sched_lock(SchedObject *self, PyObject *unused)
 {
     (void)unused;
-    if (check_open(self))
+    if (pc_check_open(self))
         return NULL;
     pc_sched *s = self->s;
     if (pc_sched_lock_mine(s))
@@ -506,7 +498,7 @@ static PyObject *sched_wait_gate(SchedObject *self, PyObject *args)
     double timeout = -1.0;
     int op = -1, rc;
     uint64_t round = 0;
-    if (!PyArg_ParseTuple(args, "|d", &timeout) || check_open(self))
+    if (!PyArg_ParseTuple(args, "|d", &timeout) || pc_check_open(self))
         return NULL;
     pc_sched *s = self->s;
     pc_sched_ref(s);
@@ -538,104 +530,12 @@ static PyObject *sched_open_gate(SchedObject *self, PyObject *args)
 {
     int op;
     unsigned long long round;
-    if (!PyArg_ParseTuple(args, "iK", &op, &round) || check_open(self))
+    if (!PyArg_ParseTuple(args, "iK", &op, &round) || pc_check_open(self))
         return NULL;
     int rc = pc_engine_open_gate(self->s, op, round);
     if (rc != PC_OK)
         return pc_raise(rc, "open_gate() needs the index of a gate op");
     Py_RETURN_NONE;
-}
-
-/* outcomes() -> (round, outcome bytes, delivered-input counts as int32
- * bytes) of the last completed round (round -1: none yet). */
-static PyObject *sched_outcomes(SchedObject *self, PyObject *unused)
-{
-    (void)unused;
-    if (check_open(self))
-        return NULL;
-    pc_sched *s = self->s;
-    PyObject *oc = PyBytes_FromStringAndSize(NULL, s->nops);
-    PyObject *nok = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s->nops * 4);
-    if (!oc || !nok) {
-        Py_XDECREF(oc);
-        Py_XDECREF(nok);
-        return NULL;
-    }
-    uint64_t round;
-    pc_sched_last_outcomes(s, (uint8_t *)PyBytes_AS_STRING(oc),
-                           (int *)PyBytes_AS_STRING(nok), &round);
-    long long r = atomic_load(&s->done) ? (long long)round : -1;
-    return Py_BuildValue("(LNN)", r, oc, nok);
-}
-
-static PyObject *sched_get_done(SchedObject *self, void *c)
-{
-    (void)c;
-    if (check_open(self))
-        return NULL;
-    return PyLong_FromUnsignedLongLong(atomic_load(&self->s->done));
-}
-
-static PyObject *sched_get_posted(SchedObject *self, void *c)
-{
-    (void)c;
-    if (check_open(self))
-        return NULL;
-    return PyLong_FromUnsignedLongLong(atomic_load(&self->s->posted));
-}
-
-static PyObject *sched_get_stats(SchedObject *self, void *c)
-{
-    (void)c;
-    if (check_open(self))
-        return NULL;
-    pc_sched *s = self->s;
-#define U(x) (unsigned long long)atomic_load(&s->x)
-    return Py_BuildValue("{sKsKsKsKsKsK}", "stale", U(stale), "surplus",
-                         U(surplus), "dropped", U(dropped), "timedout",
-                         U(timedout), "late", U(late), "swallowed",
-                         U(swallowed));
-#undef U
-}
-
-static PyObject *sched_get_device_stats(SchedObject *self, void *c)
-{
-    (void)c;
-    if (check_open(self))
-        return NULL;
-    pc_devq *q = &self->s->dq;
-    return Py_BuildValue("{sKsKsKsKsK}", "h2d", (unsigned long long)q->h2d,
-                         "d2h", (unsigned long long)q->d2h,
-                         "d2d", (unsigned long long)q->d2d,
-                         "h2h", (unsigned long long)q->h2h,
-                         "reductions", (unsigned long long)q->reductions);
-}
-
-static PyObject *sched_get_busy(SchedObject *self, void *c)
-{
-    (void)c;
-    if (check_open(self))
-        return NULL;
-    int b;
-    pc_sched *s = self->s;
-    Py_BEGIN_ALLOW_THREADS
-    b = pc_engine_busy(s);
-    Py_END_ALLOW_THREADS
-    return PyBool_FromLong(b);
-}
-
-static PyObject *sched_get_serial(SchedObject *self, void *c)
-{
-    (void)c;
-    if (check_open(self))
-        return NULL;
-    return PyLong_FromUnsignedLongLong(self->s->serial);
-}
-
-static PyObject *sched_get_freed(SchedObject *self, void *c)
-{
-    (void)c;
-    return PyBool_FromLong(self->s == NULL);
 }
 
 static PyMethodDef sched_methods[] = {
@@ -660,24 +560,9 @@ static PyMethodDef sched_methods[] = {
      "wait_gate(timeout=-1) -> (op, round)"},
     {"open_gate", (PyCFunction)sched_open_gate, METH_VARARGS,
      "open_gate(op, round)"},
-    {"outcomes", (PyCFunction)sched_outcomes, METH_NOARGS,
+    {"outcomes", (PyCFunction)pc_sched_outcomes, METH_NOARGS,
      "outcomes() -> (round, outcome bytes, int32 delivered counts)"},
     {NULL, NULL, 0, NULL}};
-
-static PyGetSetDef sched_getset[] = {
-    {"done", (getter)sched_get_done, NULL, "rounds completed", NULL},
-    {"posted", (getter)sched_get_posted, NULL, "rounds posted", NULL},
-    {"stats", (getter)sched_get_stats, NULL, "discarded inputs, outcomes",
-     NULL},
-    {"device_stats", (getter)sched_get_device_stats, NULL,
-     "bytes copied by direction, device reductions queued", NULL},
-    {"freed", (getter)sched_get_freed, NULL, "freed?", NULL},
-    {"serial", (getter)sched_get_serial, NULL,
-     "process-local id (the timeline's `sched`)", NULL},
-    {"busy", (getter)sched_get_busy, NULL,
-     "a round is in flight or about to start (one progress sweep first)",
-     NULL},
-    {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject pc_SchedType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "partialcoll._core.Sched",
@@ -688,5 +573,5 @@ PyTypeObject pc_SchedType = {
     .tp_init = (initproc)sched_init,
     .tp_dealloc = (destructor)sched_dealloc,
     .tp_methods = sched_methods,
-    .tp_getset = sched_getset,
+    .tp_getset = pc_sched_getset,
 };

@@ -1,17 +1,17 @@
-/* pc_round.c -- executing a schedule's rounds: arming, readiness, starting
- * ops, completions, outcomes, timeouts.  Semantics in pc_sched.h.
+/* pc_round.c -- executing a schedule's rounds: readiness, starting ops,
+ * arming and finishing rounds, stamped messages and fires.  Semantics in
+ * pc_sched.h; ops in flight (device work, completions, deadlines) are in
+ * pc_inflight.c.
  *
  * Everything here runs with the engine's progress lock held, by the
  * progress thread or by an application thread that drives progress while it
  * waits.  Messages, timers and gates are put in motion through the engine
  * (pc_engine_*), which calls back pc_sched_on_done / pc_sched_on_timer. */
-#include "pc_sched.h"
+#include "pc_round.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { OP_IDLE = 0, OP_ACTIVE = 1, OP_DONE = 2 };
 
 /* ---- ready ops: a binary heap ordered by (prio, index) */
 static int before(const pc_sched *s, int a, int b)
@@ -62,7 +62,7 @@ static void ready(pc_sched *s, int i, int skip)
         pc_tl_op(PC_EV_READY, s, i, 0);
 }
 
-static void complete(pc_sched *s, int i, int oc)
+void pc_round_complete(pc_sched *s, int i, int oc)
 {
     pc_op *op = &s->ops[i];
     op->state = OP_DONE;
@@ -93,12 +93,8 @@ static void complete(pc_sched *s, int i, int oc)
     }
 }
 
-static void *addr(pc_sched *s, int slot, int64_t off)
-{
-    return (char *)s->slots[slot].ptr + off;
-}
 
-static void mpi_failure(pc_sched *s, int i, const char *what, int code)
+void pc_round_mpi_failure(pc_sched *s, int i, const char *what, int code)
 {
     char msg[MPI_MAX_ERROR_STRING] = "";
     int len = 0, cls = 0;
@@ -120,122 +116,20 @@ static void mpi_failure(pc_sched *s, int i, const char *what, int code)
 static double param_seconds(pc_sched *s, pc_op *op)
 {
     if (op->pslot >= 0)
-        return *(double *)addr(s, op->pslot, op->poff);
+        return *(double *)pc_addr(s, op->pslot, op->poff);
     return 1e-9 * (double)op->value_ns;
-}
-
-/* ---- device ops (pc_device.h) */
-static int is_device_op(pc_sched *s, pc_op *op)
-{
-    return (op->kind == PC_COPY || op->kind == PC_REDUCE) &&
-           (s->slots[op->aslot].space == PC_DEVICE ||
-            s->slots[op->bslot].space == PC_DEVICE);
-}
-
-static int add_dev(pc_sched *s, int op, uintptr_t ev)
-{
-    if (s->ndev == s->capdev) {
-        int cap = s->capdev ? 2 * s->capdev : 16;
-        int *o = pc_realloc(s->dev_op, (size_t)cap * sizeof(int));
-        if (o)
-            s->dev_op = o;
-        uintptr_t *e = pc_realloc(s->dev_ev, (size_t)cap * sizeof(uintptr_t));
-        if (e)
-            s->dev_ev = e;
-        if (!o || !e) {
-            pc_dev_sync(&s->dq, ev);
-            pc_sched_set_error(s, PC_ENOMEM, "out of memory queueing device "
-                               "op %d (round %llu)", op,
-                               (unsigned long long)s->round);
-            return PC_ENOMEM;
-        }
-        s->capdev = cap;
-    }
-    s->dev_op[s->ndev] = op;
-    s->dev_ev[s->ndev++] = ev;
-    s->inflight++;
-    return PC_OK;
-}
-
-/* Queue a device op (or a fence) and put it in flight; a LOCKED one is run
- * to completion here, inside the caller's hold of the data lock. */
-static int start_device(pc_sched *s, int i)
-{
-    pc_op *op = &s->ops[i];
-    uintptr_t ev = 0;
-    int rc = 0;
-    if (op->kind == PC_COPY && op->count)
-        rc = pc_dev_copy(&s->dq, addr(s, op->aslot, op->aoff),
-                         s->slots[op->aslot].space,
-                         addr(s, op->bslot, op->boff),
-                         s->slots[op->bslot].space,
-                         (size_t)(op->count * pc_dtypes[op->dtype].size));
-    else if (op->kind == PC_REDUCE && op->count)
-        rc = pc_dev_reduce(&s->dq, addr(s, op->aslot, op->aoff),
-                           addr(s, op->bslot, op->boff), op->count, op->dtype,
-                           op->redop);
-    if (rc == 0)
-        rc = pc_dev_record(&s->dq, &ev);
-    if (rc == 0 && (op->flags & PC_F_LOCKED)) {
-        rc = pc_dev_sync(&s->dq, ev);
-        if (rc == 0) {
-            complete(s, i, PC_OC_OK);
-            return PC_OK;
-        }
-    }
-    if (rc != 0) {
-        pc_sched_set_error(s, PC_EDEVICE, "device %s failed in op %d (round "
-                           "%llu): %s", op->kind == PC_REDUCE ? "reduction"
-                           : "copy", i, (unsigned long long)s->round,
-                           s->dq.err);
-        return PC_EDEVICE;
-    }
-    return add_dev(s, i, ev);
-}
-
-/* Complete device ops whose work has run, in queue order. */
-static int run_ready(pc_sched *s);
-
-int pc_sched_test_device(pc_sched *s)
-{
-    int n = 0, k = 0;
-    while (k < s->ndev) {
-        int r = pc_dev_query(&s->dq, s->dev_ev[k]);
-        if (r < 0) {
-            pc_sched_set_error(s, PC_EDEVICE, "device work of op %d failed "
-                               "(round %llu): %s", s->dev_op[k],
-                               (unsigned long long)s->round, s->dq.err);
-            return -1;
-        }
-        if (r == 0)
-            break;
-        k++;
-    }
-    for (int j = 0; j < k; j++) {
-        s->inflight--;
-        complete(s, s->dev_op[j], PC_OC_OK);
-        n++;
-    }
-    if (k) {
-        s->ndev -= k;
-        memmove(s->dev_op, s->dev_op + k, (size_t)s->ndev * sizeof(int));
-        memmove(s->dev_ev, s->dev_ev + k, (size_t)s->ndev * sizeof(uintptr_t));
-        if (run_ready(s) < 0)
-            return -1;
-    }
-    return n;
 }
 
 /* ---- sends: the counter gate, then the engine (cap gate, transport) */
 static int release_send(pc_sched *s, int i)
 {
     pc_op *op = &s->ops[i];
-    int rc = pc_engine_start_send(s, i, addr(s, op->aslot, op->aoff),
+    int rc = pc_engine_start_send(s, i, pc_addr(s, op->aslot, op->aoff),
                                   (int)op->count,
                                   pc_mpi_dtype(op->dtype, PC_SUM),
                                   op->tag + s->tag_base);
     if (rc != MPI_SUCCESS) {
-        mpi_failure(s, i, "send failed", rc);
+        pc_round_mpi_failure(s, i, "send failed", rc);
         return PC_EMPI;
     }
     return PC_OK;
@@ -273,12 +167,12 @@ static int start_send(pc_sched *s, int i)
         op->stamp[3] = 0;
         int rc = pc_engine_start_send(s, i, op->stamp, 4, MPI_UINT64_T, -1);
         if (rc != MPI_SUCCESS) {
-            mpi_failure(s, i, "activation send failed", rc);
+            pc_round_mpi_failure(s, i, "activation send failed", rc);
             return PC_EMPI;
         }
         return PC_OK;
     }
-    op->cur_order = op->pslot >= 0 ? *(int64_t *)addr(s, op->pslot, op->poff)
+    op->cur_order = op->pslot >= 0 ? *(int64_t *)pc_addr(s, op->pslot, op->poff)
                                    : op->order;
     if (op->cur_order < 0)
         return release_send(s, i);
@@ -292,12 +186,12 @@ static int start_recv(pc_sched *s, int i)
 {
     pc_op *op = &s->ops[i];
     s->inflight++;
-    int rc = pc_engine_start_recv(s, i, addr(s, op->aslot, op->aoff),
+    int rc = pc_engine_start_recv(s, i, pc_addr(s, op->aslot, op->aoff),
                                   (int)op->count,
                                   pc_mpi_dtype(op->dtype, PC_SUM),
                                   op->tag + s->tag_base, i, &op->req);
     if (rc != MPI_SUCCESS) {
-        mpi_failure(s, i, "receive failed", rc);
+        pc_round_mpi_failure(s, i, "receive failed", rc);
         return PC_EMPI;
     }
     if (op->timeout_ns >= 0)
@@ -322,33 +216,33 @@ static int start_local(pc_sched *s, int i)
 {
     pc_op *op = &s->ops[i];
     if (recv_input_failed(s, op)) {
-        complete(s, i, PC_OC_SKIPPED);
+        pc_round_complete(s, i, PC_OC_SKIPPED);
         return PC_OK;
     }
-    if (is_device_op(s, op))
-        return start_device(s, i);
+    if (pc_round_is_device_op(s, op))
+        return pc_round_start_device(s, i);
     if (op->kind == PC_REDUCE && op->count) {
-        int rc = MPI_Reduce_local(addr(s, op->bslot, op->boff),
-                                  addr(s, op->aslot, op->aoff),
+        int rc = MPI_Reduce_local(pc_addr(s, op->bslot, op->boff),
+                                  pc_addr(s, op->aslot, op->aoff),
                                   (int)op->count,
                                   pc_mpi_dtype(op->dtype, op->redop),
                                   pc_mpi_op(op->redop));
         if (rc != MPI_SUCCESS) {
-            mpi_failure(s, i, "local reduction failed", rc);
+            pc_round_mpi_failure(s, i, "local reduction failed", rc);
             return PC_EMPI;
         }
     } else if (op->kind == PC_COPY && op->count) {
-        memmove(addr(s, op->aslot, op->aoff), addr(s, op->bslot, op->boff),
+        memmove(pc_addr(s, op->aslot, op->aoff), pc_addr(s, op->bslot, op->boff),
                 (size_t)(op->count * pc_dtypes[op->dtype].size));
     } else if (op->kind == PC_SCALE) {
         int n = s->ops[op->ref].nok + op->add;
         if (n <= 0) {
-            complete(s, i, PC_OC_SKIPPED);
+            pc_round_complete(s, i, PC_OC_SKIPPED);
             return PC_OK;
         }
-        pc_scale(addr(s, op->aslot, op->aoff), op->count, op->dtype, n);
+        pc_scale(pc_addr(s, op->aslot, op->aoff), op->count, op->dtype, n);
     }
-    complete(s, i, PC_OC_OK);
+    pc_round_complete(s, i, PC_OC_OK);
     return PC_OK;
 }
 
@@ -358,7 +252,7 @@ static int start_timed(pc_sched *s, int i)
     double v = param_seconds(s, op);
     double when = op->kind == PC_DELAY ? op->t_ready + v : v;
     if (when <= op->t_ready) {
-        complete(s, i, PC_OC_OK);
+        pc_round_complete(s, i, PC_OC_OK);
         return PC_OK;
     }
     return pc_engine_add_timer(s, i, when);
@@ -372,17 +266,17 @@ static int start(pc_sched *s, int i)
     if (pc_tl_on)
         pc_tl_op(PC_EV_START, s, i, 0);
     if (op->skip) {
-        complete(s, i, PC_OC_SKIPPED);
+        pc_round_complete(s, i, PC_OC_SKIPPED);
         return PC_OK;
     }
     switch (op->kind) {
     case PC_NOP:
-        complete(s, i, PC_OC_OK);
+        pc_round_complete(s, i, PC_OC_OK);
         return PC_OK;
     case PC_FENCE:
         if (s->has_devq)
-            return start_device(s, i);
-        complete(s, i, PC_OC_OK);
+            return pc_round_start_device(s, i);
+        pc_round_complete(s, i, PC_OC_OK);
         return PC_OK;
     case PC_SEND:
         return start_send(s, i);
@@ -409,7 +303,7 @@ static int start(pc_sched *s, int i)
  * data lock can be taken now; otherwise it waits (deferred) and the engine
  * visits the schedule again, so the application's hold never stalls the
  * progress of other schedules. */
-static int run_ready(pc_sched *s)
+int pc_round_run_ready(pc_sched *s)
 {
     int n = 0, rc = PC_OK;
     while (s->nheap > 0 && rc == PC_OK) {
@@ -444,7 +338,7 @@ void pc_sched_deliver(pc_sched *s, int i, uint64_t r)
     pc_op *op = &s->ops[i];
     if (op->kind == PC_GATE) {                 /* the application opened it */
         if (r == s->round && s->armed && op->state == OP_ACTIVE)
-            complete(s, i, PC_OC_OK);
+            pc_round_complete(s, i, PC_OC_OK);
         else
             atomic_fetch_add(&s->stale, 1);
         return;
@@ -453,7 +347,7 @@ void pc_sched_deliver(pc_sched *s, int i, uint64_t r)
         atomic_fetch_add(&s->stale, 1);
     } else if (r == s->round && s->armed) {
         if (op->state == OP_IDLE)
-            complete(s, i, PC_OC_OK);
+            pc_round_complete(s, i, PC_OC_OK);
         else
             atomic_fetch_add(&s->surplus, 1);
     } else if (op->kind == PC_RECV) {          /* future round: bank it */
@@ -531,7 +425,7 @@ static int absorb_fires(pc_sched *s)
         pc_op *op = &s->ops[s->triggers[k]];
         if (op->state == OP_IDLE && atomic_load(&op->fires) > op->fires_used) {
             op->fires_used++;
-            complete(s, s->triggers[k], PC_OC_OK);
+            pc_round_complete(s, s->triggers[k], PC_OC_OK);
             n++;
         }
     }
@@ -554,128 +448,6 @@ static int absorb_fires(pc_sched *s)
     return n;
 }
 
-/* ---- completions from the engine */
-static void discard_done(pc_sched *s, int64_t id)
-{
-    for (int k = 0; k < s->ndisc; k++)
-        if (s->disc_id[k] == id) {
-            free(s->disc_buf[k]);
-            s->ndisc--;
-            s->disc_req[k] = s->disc_req[s->ndisc];
-            s->disc_id[k] = s->disc_id[s->ndisc];
-            s->disc_buf[k] = s->disc_buf[s->ndisc];
-            atomic_fetch_add(&s->late, 1);
-            return;
-        }
-}
-
-/* A timed-out receive was cancelled before its message came: a discard
- * receive takes its place in MPI's matching order, so the late message is
- * consumed and counted, never taken by the next round's receive. */
-static void post_discard(pc_sched *s, int i)
-{
-    pc_op *op = &s->ops[i];
-    int64_t bytes = op->count * pc_dtypes[op->dtype].size, h = -1;
-    if (s->ndisc == s->capdisc) {
-        int cap = s->capdisc ? 2 * s->capdisc : 4;
-        int64_t *r = pc_realloc(s->disc_req, cap * sizeof(int64_t));
-        if (r)
-            s->disc_req = r;
-        int64_t *d = pc_realloc(s->disc_id, cap * sizeof(int64_t));
-        if (d)
-            s->disc_id = d;
-        void **b = pc_realloc(s->disc_buf, cap * sizeof(void *));
-        if (b)
-            s->disc_buf = b;
-        if (!r || !d || !b)
-            goto oom;
-        s->capdisc = cap;
-    }
-    void *buf = malloc(bytes > 0 ? (size_t)bytes : 1);
-    if (!buf)
-        goto oom;
-    int64_t id = PC_COOKIE_DISCARD - s->next_disc++;
-    int rc = pc_engine_start_recv(s, i, buf, (int)bytes, MPI_BYTE,
-                                  op->tag + s->tag_base, id, &h);
-    if (rc != MPI_SUCCESS) {
-        free(buf);
-        mpi_failure(s, i, "posting the discard receive of a timed-out "
-                    "receive failed", rc);
-        return;
-    }
-    s->disc_req[s->ndisc] = h;
-    s->disc_id[s->ndisc] = id;
-    s->disc_buf[s->ndisc++] = buf;
-    return;
-oom:
-    pc_sched_set_error(s, PC_ENOMEM, "out of memory replacing timed-out "
-                       "op %d (round %llu)", i, (unsigned long long)s->round);
-}
-
-void pc_sched_on_done(pc_sched *s, int64_t cookie, const pc_done *d)
-{
-    if (cookie <= PC_COOKIE_DISCARD) {
-        discard_done(s, cookie);
-        return;
-    }
-    if (s->cleaned || atomic_load(&s->error) != PC_OK)
-        return;                 /* stopped: its sends only drain */
-    int i = (int)cookie;
-    pc_op *op = &s->ops[i];
-    pc_engine_queue(s);
-    if (d->mpi_error != MPI_SUCCESS) {
-        mpi_failure(s, i, d->send ? "send failed" : "receive failed",
-                    d->mpi_error);
-        return;
-    }
-    if (!d->send)
-        op->req = -1;
-    s->inflight--;
-    if (d->send || d->outcome == PC_MSG_DELIVERED) {
-        if (pc_tl_on && !d->send)
-            pc_tl_op(PC_EV_DELIVERED, s, i, PC_OC_OK);
-        complete(s, i, PC_OC_OK);
-    } else if (d->outcome == PC_MSG_DROPPED) {
-        atomic_fetch_add(&s->dropped, 1);
-        if (pc_tl_on)
-            pc_tl_op(PC_EV_DROPPED, s, i, PC_OC_DROPPED);
-        complete(s, i, PC_OC_DROPPED);
-    } else {
-        /* lost silently: the op stays active until its deadline */
-        atomic_fetch_add(&s->swallowed, 1);
-    }
-}
-
-void pc_sched_on_timer(pc_sched *s, int i, uint64_t round, uint32_t gen)
-{
-    pc_op *op = &s->ops[i];
-    if (s->cleaned || !s->armed || s->round != round ||
-        op->state != OP_ACTIVE || op->tgen != gen)
-        return;                     /* a timer of an earlier round or run */
-    pc_engine_queue(s);
-    if (op->kind != PC_RECV) {
-        complete(s, i, PC_OC_OK);
-        return;
-    }
-    if (op->req >= 0) {
-        pc_done d;
-        int r = pc_engine_cancel_recv(op->req, 1, &d);
-        if (r == 0) {               /* it arrived meanwhile */
-            pc_sched_on_done(s, i, &d);
-            return;
-        }
-        op->req = -1;
-        s->inflight--;
-        post_discard(s, i);
-    }
-    atomic_fetch_add(&s->timedout, 1);
-    if (pc_tl_on)
-        pc_tl_op(PC_EV_TIMEDOUT, s, i, PC_OC_TIMEDOUT);
-    complete(s, i, PC_OC_TIMEDOUT);
-}
-
-/* One step of progress.  Returns >0 when anything happened, 0 when nothing
- * did, <0 on error (recorded in s->error). */
 int pc_sched_progress(pc_sched *s)
 {
     int progressed = 0;
@@ -695,7 +467,7 @@ int pc_sched_progress(pc_sched *s)
             n++;
         }
         n += absorb_fires(s);
-        if ((r = run_ready(s)) < 0)
+        if ((r = pc_round_run_ready(s)) < 0)
             return -1;
         n += r;
         if (atomic_load(&s->error) != PC_OK)
@@ -736,32 +508,3 @@ int pc_sched_busy(pc_sched *s)
 
 /* Error or free: cancel every receive (a local operation), drop sends that
  * were never handed to the transport, let the others complete. */
-void pc_sched_stop(pc_sched *s)
-{
-    if (s->cleaned)
-        return;
-    s->cleaned = 1;
-    for (int i = 0; i < s->nops; i++) {
-        pc_op *op = &s->ops[i];
-        if (op->kind == PC_RECV && op->req >= 0) {
-            pc_done d;
-            pc_engine_cancel_recv(op->req, 1, &d);
-            op->req = -1;
-        }
-    }
-    for (int k = 0; k < s->ndisc; k++) {
-        pc_done d;
-        pc_engine_cancel_recv(s->disc_req[k], 0, &d);
-        free(s->disc_buf[k]);
-    }
-    s->ndisc = 0;
-    pc_engine_unhold(s);
-    s->nheld = 0;
-    for (int k = 0; k < s->ndev; k++)
-        pc_dev_sync(&s->dq, s->dev_ev[k]);
-    s->ndev = 0;
-    pc_engine_unregister_stamped(s);
-    s->armed = 0;
-    s->inflight = 0;
-    s->nheap = 0;
-}

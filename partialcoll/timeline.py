@@ -28,13 +28,11 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _core, _env
+from ._slots import OUTCOMES as _OUTCOMES
 
 _C = _core.constants()
 EVENT_NAMES = {_C[k]: k[3:].lower() for k in _C if k.startswith("EV_")}
 KIND_NAMES = _C["kinds"]
-_OUTCOMES = {_C["OC_NONE"]: "none", _C["OC_OK"]: "ok",
-             _C["OC_DROPPED"]: "dropped", _C["OC_TIMEDOUT"]: "timedout",
-             _C["OC_SKIPPED"]: "skipped"}
 #: one recorded event (mirrors pc_tl_event in csrc/pc_timeline.c)
 EVENT_DTYPE = np.dtype([("t", "f8"), ("sched", "u8"), ("round", "u8"),
                         ("bytes", "i8"), ("op", "i4"), ("ev", "i4"),

@@ -1,6 +1,12 @@
 """Executor overheads: per-op cost of a long NOP chain and of a chain of tiny
 send/recv pairs, post-to-completion latency of a small schedule, and the CPU
 time the progress thread uses when idle and when polling a pending receive.
+
+Scale rows (issue 10): a small blocking allreduce with N idle partial
+objects open against none (same run), the progress thread's CPU with them
+open, and N objects created and closed in sequence (resident memory and
+library communicators before and after).  Timeline rows: the NOP chain and
+post-to-completion latency with the timeline recording.
 """
 import sys
 import statistics
@@ -11,7 +17,7 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import cli, across_ranks, emit
+from ._common import cli, across_ranks, emit, progress
 
 
 def add_args(p):
@@ -19,6 +25,11 @@ def add_args(p):
     p.add_argument("--pairs", type=int, default=2000, help="send/recv pairs in the chain")
     p.add_argument("--iters", type=int, default=2000, help="post-to-completion samples")
     p.add_argument("--idle-seconds", type=float, default=2.0)
+    p.add_argument("--objects", type=int, default=1000,
+                   help="idle partial objects for the scale rows (1000)")
+    p.add_argument("--churn", type=int, default=10000,
+                   help="objects created and closed in sequence (10000)")
+    p.add_argument("--allreduce-iters", type=int, default=20000)
     p.add_argument("--csv")
     p.add_argument("--json")
 
@@ -92,10 +103,85 @@ def thread_cpu(seconds, pending):
     return frac
 
 
+def small_allreduce(comm, iters, blocks=5):
+    """Median over blocks of the per-call time of an 8-byte allreduce."""
+    x, y = np.ones(1), np.empty(1)
+    for _ in range(200):
+        pc.allreduce(x, y, comm=comm)
+    times = []
+    for _ in range(blocks):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters // blocks):
+            pc.allreduce(x, y, comm=comm)
+        times.append((time.perf_counter() - t0) / (iters // blocks))
+    return statistics.median(times)
+
+
+def rss_mib():
+    import resource
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2 ** 20
+
+
+def churn(comm, n):
+    """Create and close n objects in sequence: (RSS growth MiB, library
+    duplicates before, after)."""
+    from .. import _comm
+    dups0 = len(_comm.live_duplicates())
+    ar = pc.SoloAllreduce(np.zeros(4), comm=comm)
+    ar.close()
+    rss0 = rss_mib()
+    for k in progress(range(n), comm, "create/close", total=n):
+        ar = pc.SoloAllreduce(np.zeros(4), comm=comm)
+        ar(np.ones(4))
+        ar.close()
+    return rss_mib() - rss0, dups0, len(_comm.live_duplicates())
+
+
+def scale_rows(args, comm, add):
+    base = small_allreduce(comm, args.allreduce_iters)
+    objs = [pc.SoloAllreduce(np.zeros(1), comm=comm)
+            for _ in progress(range(args.objects), comm, "objects",
+                              total=args.objects)]
+    comm.Barrier()
+    time.sleep(0.5)                      # let the progress thread settle
+    loaded = small_allreduce(comm, args.allreduce_iters)
+    add("8-byte allreduce, no objects open", base * 1e6, "us")
+    add(f"8-byte allreduce, {args.objects} idle objects open", loaded * 1e6,
+        "us")
+    ratio = loaded / base
+    add(f"  ratio (target <= 1.5)", ratio, "x", "<= 1.5")
+    add(f"progress thread CPU, {args.objects} idle objects open",
+        100 * thread_cpu(args.idle_seconds, False), "% core", "<= 2 %")
+    add(f"outstanding messages with {args.objects} objects open",
+        pc.engine_stats()["outstanding"], "")
+    for ar in objs:
+        ar.close()
+    grown, d0, d1 = churn(comm, args.churn)
+    add(f"RSS growth over {args.churn} objects created and closed", grown,
+        "MiB", "flat")
+    add("library duplicates before / after the churn", f"{d0} / {d1}", "",
+        "flat")
+
+
+def timeline_rows(args, add):
+    pc.timeline.enable()
+    add("NOP chain, per op, timeline on", nop_chain(args.chain) * 1e6, "us")
+    add("post-to-completion, timeline on", post_latency(args.iters) * 1e6,
+        "us")
+    pc.timeline.disable()
+    pc.timeline.clear()
+
+
 def run(args, comm=MPI.COMM_WORLD):
     rows = []
 
     def add(metric, value, unit, target=""):
+        if isinstance(value, str):
+            rows.append({"metric": metric, "avg": value, "min": "", "max": "",
+                         "unit": unit, "target": target, "ranks": comm.size})
+            return
         avg, mn, mx = across_ranks(value, comm)
         rows.append({"metric": metric, "avg": avg, "min": mn, "max": mx,
                      "unit": unit, "target": target, "ranks": comm.size})
@@ -109,6 +195,9 @@ def run(args, comm=MPI.COMM_WORLD):
     comm.Barrier()
     add("progress thread CPU, polling a pending recv",
         100 * thread_cpu(args.idle_seconds, True), "% core")
+    timeline_rows(args, add)
+    if args.objects or args.churn:
+        scale_rows(args, comm, add)
     emit(rows, ["metric", "avg", "min", "max", "unit", "target"], args,
          f"executor overhead: {comm.size} ranks", comm)
     return rows

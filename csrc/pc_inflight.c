@@ -1,0 +1,263 @@
+/* pc_inflight.c -- ops of a round that are in flight: device work queued
+ * on the schedule's device queue, messages the engine reports complete
+ * (with their outcome), deadlines, the discard receives that stand in for
+ * timed-out ones, and stopping a schedule (error or free).  Progress lock
+ * held throughout; see pc_round.c for the rest of the round machinery. */
+#include "pc_round.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- device ops (pc_device.h) */
+int pc_round_is_device_op(pc_sched *s, pc_op *op)
+{
+    return (op->kind == PC_COPY || op->kind == PC_REDUCE) &&
+           (s->slots[op->aslot].space == PC_DEVICE ||
+            s->slots[op->bslot].space == PC_DEVICE);
+}
+
+static int add_dev(pc_sched *s, int op, uintptr_t ev)
+{
+    if (s->ndev == s->capdev) {
+        int cap = s->capdev ? 2 * s->capdev : 16;
+        int *o = pc_realloc(s->dev_op, (size_t)cap * sizeof(int));
+        if (o)
+            s->dev_op = o;
+        uintptr_t *e = pc_realloc(s->dev_ev, (size_t)cap * sizeof(uintptr_t));
+        if (e)
+            s->dev_ev = e;
+        if (!o || !e) {
+            pc_dev_sync(&s->dq, ev);
+            pc_sched_set_error(s, PC_ENOMEM, "out of memory queueing device "
+                               "op %d (round %llu)", op,
+                               (unsigned long long)s->round);
+            return PC_ENOMEM;
+        }
+        s->capdev = cap;
+    }
+    s->dev_op[s->ndev] = op;
+    s->dev_ev[s->ndev++] = ev;
+    s->inflight++;
+    return PC_OK;
+}
+
+/* Queue a device op (or a fence) and put it in flight; a LOCKED one is run
+ * to completion here, inside the caller's hold of the data lock. */
+int pc_round_start_device(pc_sched *s, int i)
+{
+    pc_op *op = &s->ops[i];
+    uintptr_t ev = 0;
+    int rc = 0;
+    if (op->kind == PC_COPY && op->count)
+        rc = pc_dev_copy(&s->dq, pc_addr(s, op->aslot, op->aoff),
+                         s->slots[op->aslot].space,
+                         pc_addr(s, op->bslot, op->boff),
+                         s->slots[op->bslot].space,
+                         (size_t)(op->count * pc_dtypes[op->dtype].size));
+    else if (op->kind == PC_REDUCE && op->count)
+        rc = pc_dev_reduce(&s->dq, pc_addr(s, op->aslot, op->aoff),
+                           pc_addr(s, op->bslot, op->boff), op->count, op->dtype,
+                           op->redop);
+    if (rc == 0)
+        rc = pc_dev_record(&s->dq, &ev);
+    if (rc == 0 && (op->flags & PC_F_LOCKED)) {
+        rc = pc_dev_sync(&s->dq, ev);
+        if (rc == 0) {
+            pc_round_complete(s, i, PC_OC_OK);
+            return PC_OK;
+        }
+    }
+    if (rc != 0) {
+        pc_sched_set_error(s, PC_EDEVICE, "device %s failed in op %d (round "
+                           "%llu): %s", op->kind == PC_REDUCE ? "reduction"
+                           : "copy", i, (unsigned long long)s->round,
+                           s->dq.err);
+        return PC_EDEVICE;
+    }
+    return add_dev(s, i, ev);
+}
+
+/* Complete device ops whose work has run, in queue order. */
+
+int pc_sched_test_device(pc_sched *s)
+{
+    int n = 0, k = 0;
+    while (k < s->ndev) {
+        int r = pc_dev_query(&s->dq, s->dev_ev[k]);
+        if (r < 0) {
+            pc_sched_set_error(s, PC_EDEVICE, "device work of op %d failed "
+                               "(round %llu): %s", s->dev_op[k],
+                               (unsigned long long)s->round, s->dq.err);
+            return -1;
+        }
+        if (r == 0)
+            break;
+        k++;
+    }
+    for (int j = 0; j < k; j++) {
+        s->inflight--;
+        pc_round_complete(s, s->dev_op[j], PC_OC_OK);
+        n++;
+    }
+    if (k) {
+        s->ndev -= k;
+        memmove(s->dev_op, s->dev_op + k, (size_t)s->ndev * sizeof(int));
+        memmove(s->dev_ev, s->dev_ev + k, (size_t)s->ndev * sizeof(uintptr_t));
+        if (pc_round_run_ready(s) < 0)
+            return -1;
+    }
+    return n;
+}
+
+/* ---- completions from the engine */
+static void discard_done(pc_sched *s, int64_t id)
+{
+    for (int k = 0; k < s->ndisc; k++)
+        if (s->disc_id[k] == id) {
+            free(s->disc_buf[k]);
+            s->ndisc--;
+            s->disc_req[k] = s->disc_req[s->ndisc];
+            s->disc_id[k] = s->disc_id[s->ndisc];
+            s->disc_buf[k] = s->disc_buf[s->ndisc];
+            atomic_fetch_add(&s->late, 1);
+            return;
+        }
+}
+
+/* A timed-out receive was cancelled before its message came: a discard
+ * receive takes its place in MPI's matching order, so the late message is
+ * consumed and counted, never taken by the next round's receive. */
+static void post_discard(pc_sched *s, int i)
+{
+    pc_op *op = &s->ops[i];
+    int64_t bytes = op->count * pc_dtypes[op->dtype].size, h = -1;
+    if (s->ndisc == s->capdisc) {
+        int cap = s->capdisc ? 2 * s->capdisc : 4;
+        int64_t *r = pc_realloc(s->disc_req, cap * sizeof(int64_t));
+        if (r)
+            s->disc_req = r;
+        int64_t *d = pc_realloc(s->disc_id, cap * sizeof(int64_t));
+        if (d)
+            s->disc_id = d;
+        void **b = pc_realloc(s->disc_buf, cap * sizeof(void *));
+        if (b)
+            s->disc_buf = b;
+        if (!r || !d || !b)
+            goto oom;
+        s->capdisc = cap;
+    }
+    void *buf = malloc(bytes > 0 ? (size_t)bytes : 1);
+    if (!buf)
+        goto oom;
+    int64_t id = PC_COOKIE_DISCARD - s->next_disc++;
+    int rc = pc_engine_start_recv(s, i, buf, (int)bytes, MPI_BYTE,
+                                  op->tag + s->tag_base, id, &h);
+    if (rc != MPI_SUCCESS) {
+        free(buf);
+        pc_round_mpi_failure(s, i, "posting the discard receive of a timed-out "
+                    "receive failed", rc);
+        return;
+    }
+    s->disc_req[s->ndisc] = h;
+    s->disc_id[s->ndisc] = id;
+    s->disc_buf[s->ndisc++] = buf;
+    return;
+oom:
+    pc_sched_set_error(s, PC_ENOMEM, "out of memory replacing timed-out "
+                       "op %d (round %llu)", i, (unsigned long long)s->round);
+}
+
+void pc_sched_on_done(pc_sched *s, int64_t cookie, const pc_done *d)
+{
+    if (cookie <= PC_COOKIE_DISCARD) {
+        discard_done(s, cookie);
+        return;
+    }
+    if (s->cleaned || atomic_load(&s->error) != PC_OK)
+        return;                 /* stopped: its sends only drain */
+    int i = (int)cookie;
+    pc_op *op = &s->ops[i];
+    pc_engine_queue(s);
+    if (d->mpi_error != MPI_SUCCESS) {
+        pc_round_mpi_failure(s, i, d->send ? "send failed" : "receive failed",
+                    d->mpi_error);
+        return;
+    }
+    if (!d->send)
+        op->req = -1;
+    s->inflight--;
+    if (d->send || d->outcome == PC_MSG_DELIVERED) {
+        if (pc_tl_on && !d->send)
+            pc_tl_op(PC_EV_DELIVERED, s, i, PC_OC_OK);
+        pc_round_complete(s, i, PC_OC_OK);
+    } else if (d->outcome == PC_MSG_DROPPED) {
+        atomic_fetch_add(&s->dropped, 1);
+        if (pc_tl_on)
+            pc_tl_op(PC_EV_DROPPED, s, i, PC_OC_DROPPED);
+        pc_round_complete(s, i, PC_OC_DROPPED);
+    } else {
+        /* lost silently: the op stays active until its deadline */
+        atomic_fetch_add(&s->swallowed, 1);
+    }
+}
+
+void pc_sched_on_timer(pc_sched *s, int i, uint64_t round, uint32_t gen)
+{
+    pc_op *op = &s->ops[i];
+    if (s->cleaned || !s->armed || s->round != round ||
+        op->state != OP_ACTIVE || op->tgen != gen)
+        return;                     /* a timer of an earlier round or run */
+    pc_engine_queue(s);
+    if (op->kind != PC_RECV) {
+        pc_round_complete(s, i, PC_OC_OK);
+        return;
+    }
+    if (op->req >= 0) {
+        pc_done d;
+        int r = pc_engine_cancel_recv(op->req, 1, &d);
+        if (r == 0) {               /* it arrived meanwhile */
+            pc_sched_on_done(s, i, &d);
+            return;
+        }
+        op->req = -1;
+        s->inflight--;
+        post_discard(s, i);
+    }
+    atomic_fetch_add(&s->timedout, 1);
+    if (pc_tl_on)
+        pc_tl_op(PC_EV_TIMEDOUT, s, i, PC_OC_TIMEDOUT);
+    pc_round_complete(s, i, PC_OC_TIMEDOUT);
+}
+
+/* One step of progress.  Returns >0 when anything happened, 0 when nothing
+ * did, <0 on error (recorded in s->error). */
+void pc_sched_stop(pc_sched *s)
+{
+    if (s->cleaned)
+        return;
+    s->cleaned = 1;
+    for (int i = 0; i < s->nops; i++) {
+        pc_op *op = &s->ops[i];
+        if (op->kind == PC_RECV && op->req >= 0) {
+            pc_done d;
+            pc_engine_cancel_recv(op->req, 1, &d);
+            op->req = -1;
+        }
+    }
+    for (int k = 0; k < s->ndisc; k++) {
+        pc_done d;
+        pc_engine_cancel_recv(s->disc_req[k], 0, &d);
+        free(s->disc_buf[k]);
+    }
+    s->ndisc = 0;
+    pc_engine_unhold(s);
+    s->nheld = 0;
+    for (int k = 0; k < s->ndev; k++)
+        pc_dev_sync(&s->dq, s->dev_ev[k]);
+    s->ndev = 0;
+    pc_engine_unregister_stamped(s);
+    s->armed = 0;
+    s->inflight = 0;
+    s->nheap = 0;
+}

@@ -1,0 +1,110 @@
+/* pc_pyattrs.c -- the read-only side of partialcoll._core.Sched: rounds,
+ * counters, the last round's outcomes. */
+#include "pc_module.h"
+
+/* outcomes() -> (round, outcome bytes, delivered-input counts as int32
+ * bytes) of the last completed round (round -1: none yet). */
+PyObject *pc_sched_outcomes(SchedObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (pc_check_open(self))
+        return NULL;
+    pc_sched *s = self->s;
+    PyObject *oc = PyBytes_FromStringAndSize(NULL, s->nops);
+    PyObject *nok = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s->nops * 4);
+    if (!oc || !nok) {
+        Py_XDECREF(oc);
+        Py_XDECREF(nok);
+        return NULL;
+    }
+    uint64_t round;
+    pc_sched_last_outcomes(s, (uint8_t *)PyBytes_AS_STRING(oc),
+                           (int *)PyBytes_AS_STRING(nok), &round);
+    long long r = atomic_load(&s->done) ? (long long)round : -1;
+    return Py_BuildValue("(LNN)", r, oc, nok);
+}
+
+static PyObject *sched_get_done(SchedObject *self, void *c)
+{
+    (void)c;
+    if (pc_check_open(self))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(atomic_load(&self->s->done));
+}
+
+static PyObject *sched_get_posted(SchedObject *self, void *c)
+{
+    (void)c;
+    if (pc_check_open(self))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(atomic_load(&self->s->posted));
+}
+
+static PyObject *sched_get_stats(SchedObject *self, void *c)
+{
+    (void)c;
+    if (pc_check_open(self))
+        return NULL;
+    pc_sched *s = self->s;
+#define U(x) (unsigned long long)atomic_load(&s->x)
+    return Py_BuildValue("{sKsKsKsKsKsK}", "stale", U(stale), "surplus",
+                         U(surplus), "dropped", U(dropped), "timedout",
+                         U(timedout), "late", U(late), "swallowed",
+                         U(swallowed));
+#undef U
+}
+
+static PyObject *sched_get_device_stats(SchedObject *self, void *c)
+{
+    (void)c;
+    if (pc_check_open(self))
+        return NULL;
+    pc_devq *q = &self->s->dq;
+    return Py_BuildValue("{sKsKsKsKsK}", "h2d", (unsigned long long)q->h2d,
+                         "d2h", (unsigned long long)q->d2h,
+                         "d2d", (unsigned long long)q->d2d,
+                         "h2h", (unsigned long long)q->h2h,
+                         "reductions", (unsigned long long)q->reductions);
+}
+
+static PyObject *sched_get_busy(SchedObject *self, void *c)
+{
+    (void)c;
+    if (pc_check_open(self))
+        return NULL;
+    int b;
+    pc_sched *s = self->s;
+    Py_BEGIN_ALLOW_THREADS
+    b = pc_engine_busy(s);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(b);
+}
+
+static PyObject *sched_get_serial(SchedObject *self, void *c)
+{
+    (void)c;
+    if (pc_check_open(self))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(self->s->serial);
+}
+
+static PyObject *sched_get_freed(SchedObject *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(self->s == NULL);
+}
+
+PyGetSetDef pc_sched_getset[] = {
+    {"done", (getter)sched_get_done, NULL, "rounds completed", NULL},
+    {"posted", (getter)sched_get_posted, NULL, "rounds posted", NULL},
+    {"stats", (getter)sched_get_stats, NULL, "discarded inputs, outcomes",
+     NULL},
+    {"device_stats", (getter)sched_get_device_stats, NULL,
+     "bytes copied by direction, device reductions queued", NULL},
+    {"freed", (getter)sched_get_freed, NULL, "freed?", NULL},
+    {"serial", (getter)sched_get_serial, NULL,
+     "process-local id (the timeline's `sched`)", NULL},
+    {"busy", (getter)sched_get_busy, NULL,
+     "a round is in flight or about to start (one progress sweep first)",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL}};

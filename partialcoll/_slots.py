@@ -1,0 +1,116 @@
+"""Buffer slots and op parameters of a schedule (partialcoll.schedule uses
+them; the public names are re-exported there)."""
+import numpy as np
+
+from . import _core
+from ._errors import ScheduleError
+
+_C = _core.constants()
+HOST, DEVICE = _C["HOST"], _C["DEVICE"]
+#: how an op ended in a round (Schedule.outcomes)
+OUTCOMES = {_C["OC_NONE"]: "none", _C["OC_OK"]: "ok",
+            _C["OC_DROPPED"]: "dropped", _C["OC_TIMEDOUT"]: "timedout",
+            _C["OC_SKIPPED"]: "skipped"}
+
+class Slot:
+    """A named buffer of a schedule.  ``slot[a:b]`` selects elements."""
+
+    def __init__(self, index, dtype, size, writable, name, space=HOST):
+        self.index, self.dtype, self.size = index, np.dtype(dtype), size
+        self.writable, self.name, self.space = writable, name, space
+
+    @property
+    def device(self):
+        """True when the slot holds device (GPU) memory."""
+        return self.space == DEVICE
+
+    def __getitem__(self, key):
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise ScheduleError("select buffer elements with slot[a:b]")
+        start, stop, _ = key.indices(self.size)
+        return BufRef(self, start, max(stop - start, 0))
+
+    def __repr__(self):
+        where = " (device)" if self.device else ""
+        return f"<Slot {self.name} {self.dtype}[{self.size}]{where}>"
+
+
+class BufRef:
+    """``count`` elements of a slot starting at element ``start``."""
+
+    def __init__(self, slot, start, count):
+        self.slot, self.start, self.count = slot, start, count
+
+    def __repr__(self):
+        return f"{self.slot.name}[{self.start}:{self.start + self.count}]"
+
+
+def _ref(buf):
+    if isinstance(buf, Slot):
+        return BufRef(buf, 0, buf.size)
+    if isinstance(buf, BufRef):
+        return buf
+    raise ScheduleError(f"expected a Slot or slot[a:b], got {type(buf).__name__}")
+
+
+def _nanoseconds(seconds, what):
+    try:
+        t = float(seconds)
+    except (TypeError, ValueError):
+        raise ScheduleError(f"{what} must be a number of seconds, got "
+                            f"{seconds!r}") from None
+    if not t >= 0 or t > 1e9:
+        raise ScheduleError(f"{what} must be >= 0 seconds, got {seconds!r}")
+    return int(round(t * 1e9))
+
+
+def _param(value, dtype, what):
+    """An op parameter: a constant, or one element of a slot read each time
+    the op becomes ready.  Returns (constant or -1/0, BufRef or None)."""
+    if value is None:
+        return -1, None
+    if isinstance(value, (Slot, BufRef)):
+        ref = _ref(value)
+        if ref.count != 1 or ref.slot.dtype != np.dtype(dtype) or \
+                ref.slot.device:
+            raise ScheduleError(f"{what} from a buffer takes one host "
+                                f"{np.dtype(dtype)} element, e.g. slot[i:i+1]")
+        return (0 if dtype is np.float64 else -1), ref
+    if dtype is np.float64:
+        if not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ScheduleError(f"{what} must be a number or slot[i:i+1]")
+        return int(round(float(value) * 1e9)), None
+    if not isinstance(value, (int, np.integer)) or value < 0:
+        raise ScheduleError(f"{what} must be an int >= 0 or slot[i:i+1]")
+    return int(value), None
+
+
+class RoundOutcomes:
+    """How every op of a schedule ended in its last completed round.
+
+    Attributes: ``round`` (-1 before the first), ``outcome`` (uint8 per op:
+    see :data:`OUTCOMES`), ``delivered`` (int32 per op: inputs that were
+    delivered, e.g. how many blocks arrived at a NOP joining receives)."""
+
+    def __init__(self, round, outcome, delivered):
+        self.round, self.outcome, self.delivered = round, outcome, delivered
+
+    def name(self, op):
+        """'ok', 'dropped', 'timedout', 'skipped' or 'none' for op."""
+        return OUTCOMES[int(self.outcome[op])]
+
+    def __repr__(self):
+        names = [OUTCOMES[int(x)] for x in self.outcome]
+        counts = {n: names.count(n) for n in sorted(set(names))}
+        return f"RoundOutcomes(round={self.round}, {counts})"
+
+
+class _DataLock:
+    def __init__(self, core):
+        self._core = core
+
+    def __enter__(self):
+        self._core.lock()
+
+    def __exit__(self, *exc):
+        self._core.unlock()
