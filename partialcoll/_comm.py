@@ -1,34 +1,116 @@
-"""Library communicators and clean shutdown.
+"""Library communicators: what partialcoll keeps per user communicator.
 
-Every collective object works on its own duplicate of the user's
-communicator, so library traffic never matches user traffic or another
-collective's.  One-shot collectives (``allreduce``) share one duplicate per
-user communicator and separate concurrent calls by tag blocks taken from a
-counter that advances identically on every rank (collectives are called in
-the same order everywhere, as in MPI).
+Identity.  Everything partialcoll keeps for a user's communicator hangs off
+an MPI attribute on that communicator (a keyval with a delete callback),
+never off a dict keyed by its handle: MPICH reuses a freed communicator's
+handle for the next one, and a handle-keyed cache handed a new 4-rank
+communicator the duplicates of a freed 2-rank one (an allreduce summed over
+2 ranks instead of 4).
+
+What is kept, a :class:`LibraryComm`, is shared by every collective on the
+user's communicator:
+
+* ``comm``: a duplicate for executor traffic (the schedules' sends and
+  receives).  Collectives on it are kept apart by tags (:class:`TagSpace`).
+* ``ctl``: a duplicate for the library's own mpi4py collectives
+  (consistency checks, flush, close), so they never match the user's.
+* ``cache``: state that higher modules keep per communicator.
+
+Lifetime: reference counted.  The attribute on the user's communicator holds
+one reference and every open persistent object one.  MPI_Comm_free of the
+user's communicator is collective and runs the delete callback on every
+rank: the ``on_user_free`` hooks run there (function forms are closed,
+collectively, in creation order), then the attribute's reference is dropped.
+The duplicates are freed with the last reference, after the ``on_release``
+hooks; every acquire and release is a step of a collective call, so this
+happens at the same point on every rank.
+
+Hooks: this module imports no collective.  Higher modules register here,
+atexit style, what must happen before a library collective, when a user's
+communicator is freed, when a library communicator goes, and at exit.
 """
 import atexit
+import logging
 import threading
 
 from mpi4py import MPI
 
 from . import _core
 
-_lock = threading.Lock()
-_dups = {}          # handle of user comm -> LibraryComm
-_owned = []         # every duplicate we made, freed at exit
+log = logging.getLogger("partialcoll")
+
+_lock = threading.RLock()
+_owned = []             # every duplicate not yet freed
+_live = []              # every LibraryComm not yet released
+_exiting = False
+_hooks = {"before_collective": [], "on_user_free": [], "on_release": [],
+          "at_exit": []}
+
+
+def register(event, fn=None):
+    """Register ``fn`` for ``event``: ``"before_collective"`` (fn(lc), at the
+    start of every library collective on lc), ``"on_user_free"`` (fn(lc),
+    inside the collective MPI_Comm_free of lc's user communicator),
+    ``"on_release"`` (fn(lc), just before lc's duplicates are freed) or
+    ``"at_exit"`` (fn(), before the progress thread stops).  Hooks run in
+    registration order.  Without ``fn``, a decorator that registers."""
+    if fn is None:
+        return lambda f: register(event, f)
+    _hooks[event].append(fn)
+    return fn
+
+
+def _run_hooks(event, *args):
+    for fn in _hooks[event]:
+        fn(*args)
 
 
 class LibraryComm:
-    """A duplicate of a user communicator plus a deterministic tag counter."""
+    """The duplicates and state partialcoll keeps for one user communicator
+    (see the module docstring).  Made by :func:`library_comm`."""
 
     def __init__(self, comm):
-        self.comm = comm.Dup()
-        self.comm.Set_errhandler(MPI.ERRORS_RETURN)
-        _owned.append(self.comm)
+        self.comm = _dup(comm)
+        self.ctl = _dup(comm)
         self.size, self.rank = self.comm.Get_size(), self.comm.Get_rank()
         self.tag_ub = self.comm.Get_attr(MPI.TAG_UB) or 32767
         self._next_tag = 0
+        self.cache = {}
+        self.refs = 1           # the user communicator's attribute
+        self.attached = True    # the user communicator is not freed yet
+        self.freed = False
+        _live.append(self)
+
+    def acquire(self):
+        """One more reference (an open persistent object)."""
+        with _lock:
+            self.refs += 1
+        return self
+
+    def release(self):
+        """Drop a reference; the last one frees the duplicates (collective:
+        call it at the same step on every rank)."""
+        with _lock:
+            self.refs -= 1
+            last = self.refs == 0 and not self.freed
+        if last:
+            try:
+                _run_hooks("on_release", self)
+            finally:
+                self._free()
+
+    def _free(self):
+        self.freed = True
+        self.cache.clear()
+        if self in _live:
+            _live.remove(self)
+        for c in (self.comm, self.ctl):
+            _free_dup(c)
+
+    def before_collective(self):
+        """Call at the start of every library collective on this
+        communicator (runs the ``before_collective`` hooks)."""
+        _run_hooks("before_collective", self)
 
     def tag_block(self, ntags):
         """The first tag of a block of ``ntags`` tags for the next call."""
@@ -40,14 +122,53 @@ class LibraryComm:
         return base
 
 
+def _user_comm_freed(comm, keyval, lc):
+    """Delete callback of the attribute: runs inside the user's collective
+    MPI_Comm_free, on every rank.  Never raises (MPI would fail the free)."""
+    if lc.freed or _exiting:
+        return
+    lc.attached = False
+    try:
+        _run_hooks("on_user_free", lc)
+    except Exception:
+        log.exception("cleaning up after a freed communicator failed")
+    finally:
+        try:
+            lc.release()
+        except Exception:
+            log.exception("freeing the library's duplicates failed")
+
+
+_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_user_comm_freed)
+
+
 def library_comm(comm):
-    """The shared duplicate of ``comm`` for one-shot collectives."""
-    key = MPI._handleof(comm)
-    with _lock:
-        lc = _dups.get(key)
-        if lc is None:
-            lc = _dups[key] = LibraryComm(comm)
-        return lc
+    """The :class:`LibraryComm` of the user's communicator ``comm``, made on
+    first use (then collective: it duplicates ``comm`` twice)."""
+    lc = comm.Get_attr(_KEYVAL)
+    if lc is None:
+        with _lock:
+            lc = comm.Get_attr(_KEYVAL)
+            if lc is None:
+                lc = LibraryComm(comm)
+                comm.Set_attr(_KEYVAL, lc)
+    return lc
+
+
+def find(comm):
+    """The :class:`LibraryComm` of ``comm`` if it has one, else None (never
+    collective)."""
+    return comm.Get_attr(_KEYVAL)
+
+
+def live():
+    """The library communicators not yet released, oldest first."""
+    return list(_live)
+
+
+def live_duplicates():
+    """How many duplicate communicators partialcoll holds now."""
+    return len(_owned)
 
 
 def disagreements(comm, mine):
@@ -64,40 +185,58 @@ def per_rank(everyone, key):
                                   for r, d in enumerate(everyone))
 
 
-def dup(comm):
-    """A private duplicate of ``comm`` (for persistent collective objects)."""
+def _dup(comm):
     c = comm.Dup()
     c.Set_errhandler(MPI.ERRORS_RETURN)
-    _owned.append(c)
+    with _lock:
+        _owned.append(c)
     return c
+
+
+def _free_dup(c):
+    with _lock:
+        if c not in _owned:
+            return
+        _owned.remove(c)
+    if not MPI.Is_finalized():
+        c.Free()
+
+
+def dup(comm):
+    """A private duplicate of ``comm`` (for persistent collective objects)."""
+    return _dup(comm)
 
 
 def release(comm):
     """Free a duplicate made by :func:`dup` (idempotent)."""
-    if comm in _owned:
-        _owned.remove(comm)
-        if not MPI.Is_finalized():
-            comm.Free()
+    _free_dup(comm)
 
 
 @atexit.register
 def _shutdown():
-    # Runs before mpi4py finalises MPI: stop the progress thread, cancel
-    # every pending request, free every schedule and duplicate communicator.
-    from .collectives import partial
-    from .schedule import free_all
-    if MPI.Is_initialized() and not MPI.Is_finalized():
-        partial.quiesce_all()
+    # Runs before mpi4py finalises MPI: let higher modules finish what is in
+    # flight (at_exit hooks), stop the progress thread, cancel every pending
+    # request, free every schedule and duplicate communicator.
+    global _exiting
+    _exiting = True
+    alive = MPI.Is_initialized() and not MPI.Is_finalized()
+    if alive:
+        for fn in _hooks["at_exit"]:
+            try:
+                fn()
+            except Exception:
+                log.exception("partialcoll exit handler failed")
     _core.shutdown()
+    from .schedule import free_all
     free_all()
-    if MPI.Is_initialized() and not MPI.Is_finalized():
+    for lc in list(_live):
+        lc.freed = True
+        lc.cache.clear()
+    _live.clear()
+    if alive:
         for c in _owned:
             try:
                 c.Free()
             except MPI.Exception:
                 pass
     _owned.clear()
-    _dups.clear()
-    from .collectives import allreduce, partial
-    allreduce._plans.clear()
-    partial._objects.clear()

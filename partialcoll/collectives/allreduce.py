@@ -9,9 +9,8 @@ other, and the ops are commutative elementwise).
 import numpy as np
 from mpi4py import MPI
 
-from .. import _device, _env
+from .. import _comm, _device, _env
 from .._buffers import as_array
-from .._comm import library_comm
 from .._errors import ScheduleError, require_thread_multiple
 from ..ops import OPS, Op, as_op, check_op_dtype
 
@@ -206,15 +205,18 @@ def choose_algorithm(nbytes, count, size, algorithm=None):
 
 
 class _Pool:
-    """Committed schedules by (comm, algorithm, count, dtype, op, in-place)."""
+    """Committed schedules of one library communicator, by (algorithm,
+    count, dtype, op, in-place, device)."""
 
-    def __init__(self):
+    def __init__(self, lc):
+        self.lc = lc
         self._pool = {}
 
-    def get(self, lc, algo, count, dtype, op, inplace, device=None):
+    def get(self, algo, count, dtype, op, inplace, device=None):
         """``device``: (backend, device id) for device buffers."""
+        lc = self.lc
         path = _device.gpu_path() if device else None
-        key = (id(lc), algo, count, dtype.str, op.name, inplace,
+        key = (algo, count, dtype.str, op.name, inplace,
                device and (device[0].name, device[1]), path)
         for sched in self._pool.get(key, ()):
             core = sched._core_sched()
@@ -240,8 +242,28 @@ class _Pool:
         self._pool.setdefault(key, []).append(s)
         return s
 
+    def drop(self):
+        """Forget every schedule, once its round (posted on every rank, so
+        it completes) is over.  Not freed here: a request may still hold
+        one; the last reference frees it (MPI is not involved then)."""
+        for scheds in self._pool.values():
+            for s in scheds:
+                s.wait()
+        self._pool.clear()
 
-_pool = _Pool()
+
+def _pool_of(lc):
+    pool = lc.cache.get("allreduce.pool")
+    if pool is None:
+        pool = lc.cache["allreduce.pool"] = _Pool(lc)
+    return pool
+
+
+@_comm.register("on_release")
+def _drop_pool(lc):
+    pool = lc.cache.pop("allreduce.pool", None)
+    if pool is not None:
+        pool.drop()
 
 
 def _prepare(sendbuf, recvbuf, op, comm):
@@ -333,10 +355,10 @@ def _plan(sendbuf, recvbuf, op, comm, algorithm):
         if send is not recv:
             recv[...] = send
         return send, recv, result, None, 0
-    lc = library_comm(comm)
+    lc = _comm.library_comm(comm)
     algo = choose_algorithm(send.nbytes, send.size, lc.size, algorithm)
-    sched = _pool.get(lc, algo, send.size, send.dtype, op, send is recv,
-                      be and (be, be.device_id(send)))
+    sched = _pool_of(lc).get(algo, send.size, send.dtype, op, send is recv,
+                             be and (be, be.device_id(send)))
     return send, recv, result, sched, lc.tag_block(sched.ntags)
 
 
@@ -377,9 +399,6 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
     return Request(sched, core.post(), result)
 
 
-_plans = {}      # fast-path key -> (LibraryComm, Schedule core, ntags)
-
-
 def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
     """Blocking allreduce on the executor; returns the result array.
 
@@ -388,15 +407,15 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
         total = partialcoll.allreduce(np.arange(4.0))   # elementwise sum
 
     Repeated calls with NumPy arrays of the same size, dtype and op take a
-    cached plan: no validation beyond a few checks, one call into C.
+    cached plan (kept with the communicator's library state): no validation
+    beyond a few checks, one call into C.
     """
     if comm is None:
         comm = MPI.COMM_WORLD
     if (type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
             and type(op) is Op):
-        key = (MPI._handleof(comm), sendbuf.dtype, sendbuf.size, op,
-               algorithm, sendbuf is recvbuf)
-        plan = _plans.get(key)
+        plan = _find_plan(comm, (sendbuf.dtype, sendbuf.size, op, algorithm,
+                                 sendbuf is recvbuf))
         if (plan is not None and recvbuf.dtype == sendbuf.dtype
                 and recvbuf.size == sendbuf.size
                 and (sendbuf is recvbuf
@@ -413,10 +432,21 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
     core = sched._core_sched()
     core.run(send, recv, tags)
     if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
-        _plans[(MPI._handleof(comm), send.dtype, send.size, as_op(op),
-                algorithm, send is recv)] = (library_comm(comm), core,
-                                             sched.ntags)
+        lc = _comm.library_comm(comm)
+        lc.cache.setdefault("allreduce.plans", {})[
+            (send.dtype, send.size, as_op(op), algorithm, send is recv)] = \
+            (lc, core, sched.ntags)
     return result
+
+
+def _find_plan(comm, key):
+    """The fast-path plan for ``key`` on ``comm`` (None if there is none or
+    ``comm`` is not a usable communicator: the slow path says why)."""
+    try:
+        lc = _comm.find(comm)
+    except (MPI.Exception, AttributeError):
+        return None
+    return lc and lc.cache.get("allreduce.plans", {}).get(key)
 
 
 class _Done:

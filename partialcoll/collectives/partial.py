@@ -467,10 +467,10 @@ class QuorumAllreduce(PartialAllreduce):
         return s.nop(after=recvs, mode=1)
 
 
-_objects = {}
 _LIVE = weakref.WeakSet()
 
 
+@_comm.register("at_exit")
 def quiesce_all():
     """Exit handler: quiesce every open object, in creation order (the same
     on all ranks), then free it."""
@@ -500,18 +500,34 @@ def _function_form(cls, sendbuf, recvbuf, op, comm, **kw):
     x = _flat(sendbuf, "sendbuf", mem, device, cls.__name__)
     shape = x.shape if backend is None and \
         not isinstance(sendbuf, np.ndarray) else sendbuf.shape
-    key = (cls, MPI._handleof(comm), shape, x.dtype.str, as_op(op).name,
-           mem.name, device, tuple(sorted(kw.items())))
-    ar = _objects.get(key)
+    key = (cls, shape, x.dtype.str, as_op(op).name, mem.name, device,
+           tuple(sorted(kw.items())))
+    forms = _forms_of(_comm.library_comm(comm))
+    ar = forms.get(key)
     if ar is None or ar._closed:
-        ar = _objects[key] = cls(mem.empty(shape, x.dtype), op=op, comm=comm,
-                                 **kw)
+        ar = forms[key] = cls(mem.empty(shape, x.dtype), op=op, comm=comm,
+                              **kw)
     res = ar(x)
     if recvbuf is not None:
         out = _flat(recvbuf, "recvbuf", mem, device, cls.__name__)
         out[...] = res.data.reshape(-1)
         res.data = recvbuf
     return res
+
+
+def _forms_of(lc):
+    """The function-form objects of a library communicator, by signature,
+    in creation order."""
+    return lc.cache.setdefault("partial.forms", {})
+
+
+@_comm.register("on_user_free")
+def _close_forms(lc):
+    # inside the user's collective MPI_Comm_free: every rank closes the same
+    # objects in the same (creation) order
+    forms = lc.cache.pop("partial.forms", {})
+    for ar in sorted(forms.values(), key=lambda a: a._order):
+        ar.close()
 
 
 def solo_allreduce(sendbuf, recvbuf=None, op=SUM, comm=None):
