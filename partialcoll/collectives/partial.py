@@ -55,6 +55,28 @@ _META = ("flag", "zero", "one", "meta_send", "meta_recv", "dep_seq",
          "prev_seq", "acc_lo")
 
 
+def _tag_layout(P, tag0):
+    """Where an object's tags start, by use, in its block from ``tag0``:
+    the data allreduce (any builder: the ring uses 2P - 2 tags, recursive
+    doubling and Rabenseifner at most 2 log2 P + 2), the meta allreduce
+    (recursive doubling: bit_length(P) + 1), one activation tag per
+    circulant dimension, quorum's arrivals and flush arrivals."""
+    data, meta = 2 * P + 2, P.bit_length() + 1
+    act = max(1, (P - 1).bit_length())
+    return {"data": tag0, "meta": tag0 + data,
+            "activation": tag0 + data + meta,
+            "arrive": tag0 + data + meta + act,
+            "flush_arrive": tag0 + data + meta + act + 1,
+            "end": tag0 + data + meta + act + 2}
+
+
+def tag_block_size(P):
+    """Tags one partial collective object holds on its communicator:
+    2P + bit_length(P) + max(1, bit_length(P - 1)) + 5 (README: tag
+    budget)."""
+    return _tag_layout(P, 0)["end"]
+
+
 class PartialResult:
     """What one call of a partial allreduce returns.
 
@@ -112,11 +134,19 @@ class PartialAllreduce:
         self.shape, self.dtype, self.op = like.shape, like.dtype, op
         self.catch_up, self.seed = bool(catch_up), int(seed)
         self.sync_every = None if sync_every is None else int(sync_every)
-        self.comm = _comm.dup(comm)
-        self._ctl = _comm.dup(comm)      # control traffic (flush, close)
-        self.size, self.rank = self.comm.Get_size(), self.comm.Get_rank()
+        self.comm = comm
+        lc = _comm.library_comm(comm)
+        self.size, self.rank = lc.size, lc.rank
         self.quorum = self._check_quorum(quorum)
-        self._check_consistent(algorithm)
+        lc.before_collective()
+        self._check_consistent(lc, algorithm)
+        # one executor communicator shared by every object on comm: this
+        # object's messages are told apart by its own block of tags
+        self._ntags = tag_block_size(self.size)
+        self._tag0 = lc.tags.block(self._ntags)
+        self._lc = lc.acquire()
+        lc.created += 1
+        self._id = lc.created            # the same on every rank
         self._build(like.size, algorithm)
         self._observed = 0               # rounds taken by this rank
         self._calls = 0
@@ -130,17 +160,16 @@ class PartialAllreduce:
     def _check_quorum(self, quorum):
         return None
 
-    def _check_consistent(self, algorithm):
+    def _check_consistent(self, lc, algorithm):
         mine = {"collective": self.kind, "shape": tuple(self.shape),
                 "memory": self._mem.name,
                 "dtype": self.dtype.str, "op": self.op.name,
                 "quorum": self.quorum, "seed": self.seed,
                 "catch_up": self.catch_up, "sync_every": self.sync_every,
                 "algorithm": algorithm}
-        everyone, bad = _comm.disagreements(self.comm, mine)
+        everyone, bad = _comm.disagreements(lc.ctl, mine)
         if bad:
             detail = "; ".join(_comm.per_rank(everyone, k) for k in bad)
-            self._release_comms()
             raise ScheduleError(f"{type(self).__name__} created with different "
                                 f"arguments on different ranks ({detail})")
 
@@ -154,8 +183,9 @@ class PartialAllreduce:
         self._combine = getattr(mem.xp, _UFUNCS[self.op.name])
         self._meta = {k: np.zeros(1, np.int64) for k in _META}
         self._meta["one"][0] = 1
-        stamp_id = self.comm.bcast(secrets.randbits(63) if rank == 0 else None)
-        s = self._sched = Schedule(self.comm, persistent=True, stamp_id=stamp_id)
+        lc = self._lc
+        stamp_id = lc.ctl.bcast(secrets.randbits(63) if rank == 0 else None)
+        s = self._sched = Schedule(lc.comm, persistent=True, stamp_id=stamp_id)
         b = {k: s.buffer(v, name=k) for k, v in self._meta.items()}
         pend, idb, acc = (s.buffer(self._pending, name="pending"),
                           s.buffer(self._identity, name="identity"),
@@ -165,8 +195,8 @@ class PartialAllreduce:
         algo = choose_algorithm(send.nbytes, n, P, algorithm)
         tmp = s.buffer(mem.empty(2 * (n // P + 1) if algo == "ring" else n,
                                  self.dtype), name="tmp")
-        self._tags = 2 * P + 4           # tag blocks: data, meta, activation
-        act = self._build_activation(s, 4 * self._tags)
+        tags = _tag_layout(P, self._tag0)
+        act = self._build_activation(s, tags)
         c = s.copy(bs, pend, after=[act], locked=True)
         c = s.copy(pend, idb, after=[c], locked=True)
         c = s.copy(b["meta_send"], b["flag"], after=[c], locked=True)
@@ -175,9 +205,11 @@ class PartialAllreduce:
         c = s.copy(b["round_seq"], b["dep_seq"], after=[c], locked=True)
         snap = s.reduce(b["snaps"], b["one"], SUM, after=[c], locked=True)
         first = len(s)
-        BUILDERS[algo](s, P, rank, bs, br, tmp, self.op, False, after=[snap])
+        BUILDERS[algo](s, P, rank, bs, br, tmp, self.op, False, after=[snap],
+                       tag0=tags["data"])
         build_recursive_doubling(s, P, rank, b["meta_send"], b["meta_recv"],
-                                 mtmp, SUM, False, after=[snap], tag0=self._tags)
+                                 mtmp, SUM, False, after=[snap],
+                                 tag0=tags["meta"])
         done = s.nop(after=list(range(first, len(s))))
         if self.catch_up:
             c = s.reduce(acc, br, self.op, after=[done], locked=True)
@@ -189,9 +221,9 @@ class PartialAllreduce:
         c = s.copy(b["acc_lo"], b["prev_seq"], after=[c], locked=True)
         s.copy(b["last_active"], b["meta_recv"], after=[c], locked=True)
 
-    def _build_activation(self, s, tag0):
+    def _build_activation(self, s, tags):
         """Solo/majority activation: returns the index of the activation NOP."""
-        P, rank = self.size, self.rank
+        P, rank, tag0 = self.size, self.rank, tags["activation"]
         self._trigger = s.trigger(optional=True)
         dims = [j for j in range(P.bit_length()) if (1 << j) < P]
         recvs = [s.recv(peer=(rank - (1 << j)) % P, tag=tag0 + j, stamped=True,
@@ -275,18 +307,18 @@ class PartialAllreduce:
         3. Deposit x, barrier, and all arrive for round M+1: it holds every
            rank's x and everything still pending, and nothing else.
         """
-        barrier = self._ctl.Ibarrier()
+        barrier = self._lc.ctl.Ibarrier()
         while not barrier.Test():
             rnd = self._snapshots()
             try:
                 self._sched.wait(round=rnd, timeout=stall)
             except WaitTimeout:
                 self._sched.fire(self._trigger, round=rnd)
-        last = self._ctl.allreduce(self._snapshots(), op=MPI.MAX)
+        last = self._lc.ctl.allreduce(self._snapshots(), op=MPI.MAX)
         self._sched.fire(self._trigger, round=last)
         self._sched.wait(round=last)
         seq = self._deposit(x, fresh=x is not None)[0]
-        self._ctl.Barrier()
+        self._lc.ctl.Barrier()
         self._sched.fire(self._trigger, round=last + 1)
         self._sched.wait(round=last + 1)
         return self._take(seq)
@@ -329,9 +361,9 @@ class PartialAllreduce:
         if self._closed:
             return None
         res = self.flush()
-        self._ctl.Barrier()
+        self._lc.ctl.Barrier()
         self._sched.free()
-        self._release_comms()
+        self._release()
         self._closed = True
         return res
 
@@ -343,15 +375,17 @@ class PartialAllreduce:
         while True:
             flag = np.array([1 if core.busy else 0], np.int64)
             out = np.zeros(1, np.int64)
-            req = self._ctl.Iallreduce(flag, out, op=MPI.MAX)
+            req = self._lc.ctl.Iallreduce(flag, out, op=MPI.MAX)
             while not req.Test():
                 core.busy          # a progress sweep
             if out[0] == 0:
                 return
 
-    def _release_comms(self):
-        _comm.release(self.comm)
-        _comm.release(self._ctl)
+    def _release(self):
+        """Give back the tag block and the library communicator (collective:
+        every rank closes objects in the same order)."""
+        self._lc.tags.give_back(self._tag0, self._ntags)
+        self._lc.release()
 
     def __enter__(self):
         return self
@@ -437,18 +471,17 @@ class QuorumAllreduce(PartialAllreduce):
 
     def _check_quorum(self, quorum):
         if quorum is None or not 1 <= int(quorum) <= self.size:
-            self._release_comms()
             raise ScheduleError(f"quorum must be between 1 and the number of "
                                 f"processes ({self.size}), got {quorum!r}")
         return int(quorum)
 
-    def _build_activation(self, s, tag0):
+    def _build_activation(self, s, tags):
         """Arrivals go to rank 0; its activation needs `quorum` of them and
         is broadcast on the same circulant trees as solo's."""
-        P, rank = self.size, self.rank
+        P, rank, tag0 = self.size, self.rank, tags["activation"]
         self._trigger = s.trigger(optional=True)
         dims = [j for j in range(P.bit_length()) if (1 << j) < P]
-        arrive_tag = tag0 + 64
+        arrive_tag = tags["arrive"]
         if rank == 0:
             arrivals = [s.recv(peer=p, tag=arrive_tag, stamped=True,
                                optional=True) for p in range(1, P)]
@@ -480,7 +513,7 @@ def quiesce_all():
                 ar._quiesce()
             finally:
                 ar._sched.free()
-                ar._release_comms()
+                ar._release()
                 ar._closed = True
 
 
