@@ -192,3 +192,22 @@ def test_memory_flat_over_10000_rounds():
     grown = rss_kib() - before
     ar.close()
     assert grown < 2048, f"RSS grew by {grown} KiB over 9000 calls"
+
+
+def test_synchronous_round_returns_that_round_only():
+    """A rank that leaves the synchronous round first and calls again must
+    not start a round that a slower rank's synchronous result then takes in
+    (the result said active=1 instead of P: flaky sync_every tests)."""
+    if P < 2:
+        pytest.skip("needs two ranks")
+    ar = pc.SoloAllreduce(np.zeros(1, np.int64), sync_every=2)
+    if RANK == P - 1:               # slow to collect its results
+        take = ar._take
+        ar._take = lambda seq: (time.sleep(0.2), take(seq))[1]
+    first = ar(np.ones(1, np.int64))
+    res = ar(np.ones(1, np.int64))  # the synchronous round
+    if RANK == 0:
+        ar(np.ones(1, np.int64))    # at once: a solo round of its own
+    assert res.included and res.active == P, res
+    assert first.data[0] + res.data[0] == 2 * P     # and nothing later
+    ar.close()

@@ -306,6 +306,9 @@ class PartialAllreduce:
            wait for it, so every started round is finished everywhere.
         3. Deposit x, barrier, and all arrive for round M+1: it holds every
            rank's x and everything still pending, and nothing else.
+        4. Take the result, barrier: no rank leaves (and starts a round with
+           its next call) before every rank has taken its result, so a
+           later round never leaks into a slower rank's synchronous result.
         """
         barrier = self._lc.ctl.Ibarrier()
         while not barrier.Test():
@@ -321,7 +324,9 @@ class PartialAllreduce:
         self._lc.ctl.Barrier()
         self._sched.fire(self._trigger, round=last + 1)
         self._sched.wait(round=last + 1)
-        return self._take(seq)
+        res = self._take(seq)
+        self._lc.ctl.Barrier()
+        return res
 
     def _snapshots(self):
         return self._deposit(None)[2]
