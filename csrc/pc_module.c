@@ -184,6 +184,26 @@ static PyObject *sched_bind_ptr(SchedObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* unbind(slot): forget a slot's buffer and release its exported view, so
+ * the schedule keeps no caller's object alive between rounds.  Refused
+ * (PC_EBUSY) while a round runs. */
+static PyObject *sched_unbind(SchedObject *self, PyObject *args)
+{
+    int slot;
+    if (!PyArg_ParseTuple(args, "i", &slot) || check_open(self))
+        return NULL;
+    int rc = pc_sched_unbind(self->s, slot);
+    if (rc == PC_EBUSY)
+        return raise_rc(rc, "cannot unbind buffers while a round runs");
+    if (rc != PC_OK)
+        return raise_rc(rc, "buffer slot out of range");
+    if (self->has_view[slot]) {
+        PyBuffer_Release(&self->views[slot]);
+        self->has_view[slot] = 0;
+    }
+    Py_RETURN_NONE;
+}
+
 /* set_device(backend, ctx, stream, kernels): the schedule's device queue;
  * kernels are int64 CUfunction handles indexed [dtype * NREDOPS + redop]. */
 static PyObject *sched_set_device(SchedObject *self, PyObject *args)
@@ -446,6 +466,8 @@ static PyMethodDef sched_methods[] = {
     {"post", (PyCFunction)sched_post, METH_NOARGS, "post() -> round count"},
     {"bind_ptr", (PyCFunction)sched_bind_ptr, METH_VARARGS,
      "bind_ptr(slot, address, nbytes, writable, space)"},
+    {"unbind", (PyCFunction)sched_unbind, METH_VARARGS,
+     "unbind(slot): forget the slot's buffer (between rounds)"},
     {"set_device", (PyCFunction)sched_set_device, METH_VARARGS,
      "set_device(backend, ctx, stream, kernels)"},
     {"set_tag_base", (PyCFunction)sched_set_tag_base, METH_VARARGS,

@@ -224,6 +224,18 @@ int pc_sched_bind(pc_sched *s, int slot, void *ptr, int64_t len, int writable,
     return PC_OK;
 }
 
+/* Forget a slot's buffer (between rounds), so that nothing the caller
+ * passed stays referenced; posting again needs a new bind. */
+int pc_sched_unbind(pc_sched *s, int slot)
+{
+    if (slot < 0 || slot >= s->nslots)
+        return PC_EINVAL;
+    if (!pc_sched_idle(s))
+        return PC_EBUSY;
+    s->slots[slot] = (pc_slot){0};
+    return PC_OK;
+}
+
 int pc_sched_set_device(pc_sched *s, int backend, void *ctx, void *stream,
                         const int64_t *kernels, int nkernels, char *err,
                         size_t errlen)

@@ -233,6 +233,7 @@ int pc_sched_create(const int64_t *desc, int nops, const int64_t *deps,
                     size_t errlen);
 int pc_sched_bind(pc_sched *s, int slot, void *ptr, int64_t len, int writable,
                   int space);
+int pc_sched_unbind(pc_sched *s, int slot);
 int pc_sched_set_device(pc_sched *s, int backend, void *ctx, void *stream,
                         const int64_t *kernels, int nkernels, char *err,
                         size_t errlen);

@@ -60,8 +60,8 @@ KINDS = [(pc.SoloAllreduce, {}), (pc.MajorityAllreduce, {"seed": 1}),
 
 
 def test_objects_share_two_duplicates_and_give_their_tags_back():
-    pc.allreduce(np.ones(1))             # COMM_WORLD's library state exists
-    before, tags = _comm.live_duplicates(), _comm.find(COMM).tags
+    tags = _comm.library_comm(COMM).tags     # made on first use
+    before = _comm.live_duplicates()
     held, blocks = tags.held, tags.blocks
     objs = [cls(np.zeros(3), **kw) for _ in range(10) for cls, kw in KINDS]
     assert _comm.live_duplicates() == before
@@ -80,6 +80,7 @@ def test_objects_share_two_duplicates_and_give_their_tags_back():
 def test_create_and_close_in_sequence_stays_flat():
     """10,000 in sequence were checked by hand; here enough to see a leak of
     a communicator, a tag block or a few KiB per object."""
+    tags = _comm.library_comm(COMM).tags
     before = _comm.live_duplicates()
 
     def cycle(n):
@@ -88,7 +89,6 @@ def test_create_and_close_in_sequence_stays_flat():
             cls(np.zeros(4), **kw).close()
 
     cycle(40)
-    tags = _comm.find(COMM).tags
     held, rss = tags.held, rss_kib()
     cycle(200)
     assert tags.held == held and _comm.live_duplicates() == before
