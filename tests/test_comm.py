@@ -66,7 +66,8 @@ def test_objects_share_two_duplicates_and_give_their_tags_back():
     objs = [cls(np.zeros(3), **kw) for _ in range(10) for cls, kw in KINDS]
     assert _comm.live_duplicates() == before
     assert tags.blocks == blocks + len(objs)
-    ranges = sorted((ar._tag0, ar._tag0 + ar._ntags) for ar in objs)
+    ranges = sorted((ar._rounds._tag0, ar._rounds._tag0 + ar._rounds._ntags)
+                    for ar in objs)
     assert all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:]))
     assert ranges[-1][1] <= tags.one_shot_lo
     res = objs[0](np.ones(3))            # solo: this rank starts a round

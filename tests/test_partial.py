@@ -70,7 +70,7 @@ def test_quorum_never_starts_with_fewer_than_k():
     ar = pc.QuorumAllreduce(np.zeros(2, np.int64), quorum=k)
     calls = skewed_calls(ar, 500, lambda: np.ones(2, np.int64), 0.001, seed=2)
     # rounds before the first rank entered flush had only real arrivals
-    entered = ar._snapshots()
+    entered = ar.started
     ar.flush()      # before any other collective: others may wait on us
     first_flush = COMM.allreduce(entered, op=MPI.MIN)
     checked = [res.active for _, res in calls if res.round < first_flush]
@@ -202,8 +202,9 @@ def test_synchronous_round_returns_that_round_only():
         pytest.skip("needs two ranks")
     ar = pc.SoloAllreduce(np.zeros(1, np.int64), sync_every=2)
     if RANK == P - 1:               # slow to collect its results
-        take = ar._take
-        ar._take = lambda seq: (time.sleep(0.2), take(seq))[1]
+        r = ar._rounds
+        take = r._take
+        r._take = lambda seq: (time.sleep(0.2), take(seq))[1]
     first = ar(np.ones(1, np.int64))
     res = ar(np.ones(1, np.int64))  # the synchronous round
     if RANK == 0:
