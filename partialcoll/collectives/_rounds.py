@@ -15,9 +15,13 @@ one persistent schedule per object, re-armed by the executor every round::
   - quorum(k): every caller sends a stamped arrival to rank 0, whose
     activation NOP needs k of the P arrivals, then broadcasts.
 * snapshot, under the schedule's data lock: send <- pending, pending <- identity,
-  fresh flag -> meta, deposit sequence number -> round_seq, snapshots += 1.
+  flags [fresh, flush] -> meta, deposit sequence number -> round_seq,
+  snapshots += 1.
+* meta allreduce (SUM of two int64): [ranks with fresh data, ranks whose
+  synchronous round started this round (flush marks)].
 * accumulate, under the lock: acc <- acc op result (catch-up) or result,
-  rounds-accumulated += 1, acc_seq <- round_seq, last_active <- sum of flags.
+  rounds-accumulated += 1, acc_seq <- round_seq, last_active <- fresh count,
+  last_flush <- flush marks, flush_total += flush marks.
 
 A call deposits into `pending` under the lock; the snapshot count read in the
 same hold is R, the round that will carry the deposit.  The deposit is fresh
@@ -45,7 +49,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _comm
-from .._errors import ScheduleError, WaitTimeout
+from .._errors import ScheduleError
 from ..ops import OPS
 from ..schedule import Schedule
 from .allreduce import (BUILDERS, _Done, build_recursive_doubling,
@@ -59,7 +63,8 @@ _UFUNCS = {"SUM": "add", "PROD": "multiply", "MIN": "minimum",
            "BOR": "bitwise_or", "BXOR": "bitwise_xor"}
 _META = ("flag", "zero", "one", "meta_send", "meta_recv", "dep_seq",
          "round_seq", "acc_seq", "acc_rounds", "last_active", "snaps",
-         "prev_seq", "acc_lo")
+         "prev_seq", "acc_lo", "last_flush", "flush_total")
+_META2 = ("flag", "zero", "meta_send", "meta_recv")   # [fresh, flush]
 
 
 def _tag_layout(P, tag0):
@@ -102,17 +107,20 @@ class Result:
         round: index of the last round ``data`` covers (-1 if none).
         active: processes that contributed fresh data in that round (NAP).
         rounds: how many rounds ``data`` combines.
+        sync: whether that round was synchronous (flush, close, the
+            sync_every-th call) or started by a rank entering one.
     """
 
-    __slots__ = ("data", "included", "round", "active", "rounds")
+    __slots__ = ("data", "included", "round", "active", "rounds", "sync")
 
-    def __init__(self, data, included, round, active, rounds):
+    def __init__(self, data, included, round, active, rounds, sync=False):
         self.data, self.included, self.round = data, included, round
-        self.active, self.rounds = active, rounds
+        self.active, self.rounds, self.sync = active, rounds, sync
 
     def __repr__(self):
         return (f"PartialResult(round={self.round}, rounds={self.rounds}, "
-                f"active={self.active}, included={self.included})")
+                f"active={self.active}, included={self.included}, "
+                f"sync={self.sync})")
 
 
 class Rounds:
@@ -146,6 +154,7 @@ class Rounds:
         self.id = lc.created              # the same on every rank
         self._observed = 0                # rounds taken by this rank
         self._calls = 0
+        self._epochs = 0                  # synchronous rounds done here
         self.closed = False
         self.orphaned = False             # its handle was dropped
         Rounds._created += 1
@@ -178,7 +187,8 @@ class Rounds:
         self._acc = mem.full(n, ident, self.dtype)
         send, recv = mem.empty(n, self.dtype), mem.empty(n, self.dtype)
         self._combine = getattr(mem.xp, _UFUNCS[self.op.name])
-        self._meta = {k: np.zeros(1, np.int64) for k in _META}
+        self._meta = {k: np.zeros(2 if k in _META2 else 1, np.int64)
+                      for k in _META}
         self._meta["one"][0] = 1
         lc = self._lc
         stamp_id = lc.ctl.bcast(secrets.randbits(63) if rank == 0 else None)
@@ -188,7 +198,7 @@ class Rounds:
                           s.buffer(self._identity, name="identity"),
                           s.buffer(self._acc, name="acc"))
         bs, br = s.buffer(send, name="send"), s.buffer(recv, name="recv")
-        mtmp = s.buffer(np.zeros(1, np.int64), name="meta_tmp")
+        mtmp = s.buffer(np.zeros(2, np.int64), name="meta_tmp")
         algo = choose_algorithm(send.nbytes, n, P, algorithm)
         tmp = s.buffer(mem.empty(2 * (n // P + 1) if algo == "ring" else n,
                                  self.dtype), name="tmp")
@@ -216,12 +226,18 @@ class Rounds:
         c = s.copy(b["acc_seq"], b["round_seq"], after=[c], locked=True)
         # this round holds the deposits numbered (prev_seq, round_seq]
         c = s.copy(b["acc_lo"], b["prev_seq"], after=[c], locked=True)
-        s.copy(b["last_active"], b["meta_recv"], after=[c], locked=True)
+        c = s.copy(b["last_active"], b["meta_recv"][0:1], after=[c],
+                   locked=True)
+        c = s.copy(b["last_flush"], b["meta_recv"][1:2], after=[c],
+                   locked=True)
+        s.reduce(b["flush_total"], b["meta_recv"][1:2], SUM, after=[c],
+                 locked=True)
 
     def _build_activation(self, s, tags):
-        """Solo/majority activation: returns the index of the activation NOP."""
+        """Solo/majority activation: returns the index of the activation NOP.
+        The trigger also starts synchronous and flush-started rounds."""
         P, rank, tag0 = self.size, self.rank, tags["activation"]
-        self._trigger = s.trigger(optional=True)
+        self._trigger = self._bypass = s.trigger(optional=True)
         dims = [j for j in range(P.bit_length()) if (1 << j) < P]
         recvs = [s.recv(peer=(rank - (1 << j)) % P, tag=tag0 + j, stamped=True,
                         optional=True) for j in dims]
@@ -238,24 +254,31 @@ class Rounds:
         self._calls += 1
         if self.sync_every and self._calls % self.sync_every == 0:
             return _Done(self._synchronous_round(x))
-        seq, waiting, rnd, fresh = self._deposit(x)
-        self._arrive(rnd, fresh)
+        seq, waiting, rnd, fresh, flushing = self._deposit(x)
+        self._arrive(rnd, fresh, flushing)
         if waiting:                       # finished rounds not yet observed
             return _Done(self._take(seq))
         return _Request(self, self._observed, seq)
 
-    def _deposit(self, x, fresh=None):
+    def _deposit(self, x, fresh=None, mark=False):
         """Add x to the pending data.  Returns (deposit number, finished
-        rounds waiting to be observed, the round R that will take x, fresh).
+        rounds waiting to be observed, the round R that will take x, fresh,
+        flushing).
 
         The deposit is *fresh* (counted in ``active``, the paper's NAP) when
         this call will wait for round R itself: nothing is left to collect
         and no round is running.  Otherwise the call returns an earlier
-        round and x is carried into R as stale data, as eager-SGD does."""
+        round and x is carried into R as stale data, as eager-SGD does.
+        *flushing*: some rank is in a synchronous round this rank has not
+        finished (see :meth:`_synchronous_round`).  ``mark``: flag round R
+        as flush-started (in the same hold as reading R)."""
         core, m = self._sched._core_sched(), self._meta
         core.lock()
         try:
             waiting, rnd = int(m["acc_rounds"][0]), int(m["snaps"][0])
+            flushing = int(m["flush_total"][0]) > self.size * self._epochs
+            if mark:
+                m["flag"][1] = 1
             if fresh is None:
                 fresh = not waiting and rnd == self._observed
             if x is not None:
@@ -271,11 +294,11 @@ class Rounds:
                 m["dep_seq"][0] += 1
                 if fresh:
                     m["flag"][0] = 1
-            return int(m["dep_seq"][0]), waiting, rnd, fresh
+            return int(m["dep_seq"][0]), waiting, rnd, fresh, flushing
         finally:
             core.unlock()
 
-    def _arrive(self, rnd, fresh):
+    def _arrive(self, rnd, fresh, flushing):
         """Solo: a fresh caller starts round `rnd` (the first arrival
         activates everyone)."""
         if fresh:
@@ -286,38 +309,64 @@ class Rounds:
         self.check_open()
         return self._synchronous_round(None)
 
-    def _synchronous_round(self, x, stall=0.002):
+    def _synchronous_round(self, x):
         """Every rank calls this (flush, close, the sync_every-th call).
 
-        1. Until every rank is here (a non-blocking barrier) this rank makes
-           no other call, so it must count as arrived, or ranks still inside
-           a call would wait on it forever (majority's drawn initiator,
-           quorum's k-th arrival): it starts any round that stalls.
-        2. The rounds anyone may still need are those before M = max of the
-           snapshot counts; all ranks arrive for round M-1's successor M and
-           wait for it, so every started round is finished everywhere.
-        3. Deposit x, barrier, and all arrive for round M+1: it holds every
+        Waiting here for a slow rank must cost that rank (nearly) nothing:
+        no round is fired on a timer (each one runs the whole allreduce on
+        every rank's progress thread; 163 rounds of 8 MiB ran while one rank
+        computed for 1 s), and this rank waits with Test() and a sleeping
+        back-off.  Yet ranks still inside a majority or quorum call may be
+        waiting for this rank's arrival, and ranks still calling must not
+        start waiting for it.  So:
+
+        1. Mark and start one round: the one pending at entry, R_e (the
+           mark is taken by R_e's snapshot here; the meta allreduce sums
+           marks, so every rank learns R_e was flush-started).  Any call
+           waiting for a round <= R_e is released: R_e starts, earlier
+           rounds have already started (this rank snapshotted them).
+        2. A rank that has seen a marked round complete and has not
+           finished this synchronous round itself is *flushing*: its fresh
+           calls start their own rounds (majority: whoever is drawn;
+           quorum: through the flush arrivals that bypass the k-of-n count)
+           until then, so a call after R_e never waits for a rank in here.
+           Every rank marks exactly one round per synchronous round, so the
+           marks seen reach P * (synchronous rounds done here) exactly when
+           everyone's marked round of this one has completed.
+        3. Wait until every rank is here: a non-blocking allreduce of this
+           object's id (a mismatch means ranks flush different objects:
+           an error on every rank), waited for with Test() and sleeps.
+        4. The rounds anyone may still need are those before M = max of the
+           snapshot counts (>= every R_e): all start round M and wait for
+           it, so every started round is finished everywhere.
+        5. Deposit x, barrier, and all start round M+1: it holds every
            rank's x and everything still pending, and nothing else.
-        4. Take the result, barrier: no rank leaves (and starts a round with
+        6. Take the result, barrier: no rank leaves (and starts a round with
            its next call) before every rank has taken its result, so a
            later round never leaks into a slower rank's synchronous result.
         """
         ctl = self._lc.ctl
-        barrier = ctl.Ibarrier()
-        while not barrier.Test():
-            rnd = self.started()
-            try:
-                self._sched.wait(round=rnd, timeout=stall)
-            except WaitTimeout:
-                self._sched.fire(self._trigger, round=rnd)
+        entry = self._deposit(None, mark=True)[2]
+        self._sched.fire(self._bypass, round=entry)
+        ids = np.array([self.id, -self.id], np.int64)
+        seen = np.zeros(2, np.int64)
+        wait_for(ctl.Iallreduce(ids, seen, op=MPI.MAX), longest=0.001)
+        if seen[0] != -seen[1]:
+            raise ScheduleError(f"flush()/close() of different objects at "
+                                f"the same time on different ranks (object "
+                                f"ids {-seen[1]}..{seen[0]}; this rank: "
+                                f"{self.id}): flush and close in the same "
+                                f"order everywhere")
         last = ctl.allreduce(self.started(), op=MPI.MAX)
-        self._sched.fire(self._trigger, round=last)
+        self._sched.fire(self._bypass, round=last)
         self._sched.wait(round=last)
         seq = self._deposit(x, fresh=x is not None)[0]
         ctl.Barrier()
-        self._sched.fire(self._trigger, round=last + 1)
+        self._sched.fire(self._bypass, round=last + 1)
         self._sched.wait(round=last + 1)
         res = self._take(seq)
+        res.sync = True
+        self._epochs += 1
         ctl.Barrier()
         return res
 
@@ -341,11 +390,12 @@ class Rounds:
             included = int(m["acc_seq"][0]) >= seq and (
                 self.catch_up or seq > int(m["acc_lo"][0]))
             active = int(m["last_active"][0])
+            sync = int(m["last_flush"][0]) > 0
         finally:
             core.unlock()
         self._observed += nr
         return Result(data.reshape(self.shape), included,
-                      self._observed - 1, active, nr)
+                      self._observed - 1, active, nr, sync)
 
     # -- housekeeping ---------------------------------------------------
     @property
@@ -420,19 +470,24 @@ class SoloRounds(Rounds):
 class MajorityRounds(Rounds):
     kind = "majority"
 
-    def _arrive(self, rnd, fresh):
+    def _arrive(self, rnd, fresh, flushing):
         # the drawn initiator's arrival starts its round even when it is
-        # collecting older rounds, or ranks waiting on it could stall
-        if designated(self.seed, rnd, self.size) == self.rank:
+        # collecting older rounds, or ranks waiting on it could stall;
+        # while someone flushes, a fresh caller starts its own round
+        if designated(self.seed, rnd, self.size) == self.rank or \
+                (fresh and flushing):
             self._sched.fire(self._trigger, round=rnd)
 
 
 class QuorumRounds(Rounds):
     kind = "quorum"
 
-    def _arrive(self, rnd, fresh):
-        if fresh:          # only fresh data counts towards the quorum
-            self._sched.fire(self._trigger, round=rnd)
+    def _arrive(self, rnd, fresh, flushing):
+        # only fresh data counts towards the quorum; while someone flushes,
+        # a fresh caller's arrival starts the round on its own
+        if fresh:
+            self._sched.fire(self._bypass if flushing else self._trigger,
+                             round=rnd)
 
     def _check_quorum(self, quorum):
         if quorum is None or not 1 <= int(quorum) <= self.size:
@@ -442,21 +497,35 @@ class QuorumRounds(Rounds):
 
     def _build_activation(self, s, tags):
         """Arrivals go to rank 0; its activation needs `quorum` of them and
-        is broadcast on the same circulant trees as solo's."""
+        is broadcast on the same circulant trees as solo's.  A second
+        trigger (the bypass: synchronous rounds, flush-started rounds and
+        callers while someone flushes) sends a flush arrival instead, and
+        any one flush arrival activates on its own::
+
+            rank 0:  count = k of (T, arrivals 1..P-1)        (optional)
+                     act   = ANY(count, bypass, flush arrivals 1..P-1)
+        """
         P, rank, tag0 = self.size, self.rank, tags["activation"]
         self._trigger = s.trigger(optional=True)
+        self._bypass = s.trigger(optional=True)
         dims = [j for j in range(P.bit_length()) if (1 << j) < P]
-        arrive_tag = tags["arrive"]
+        arrive_tag, flush_tag = tags["arrive"], tags["flush_arrive"]
         if rank == 0:
             arrivals = [s.recv(peer=p, tag=arrive_tag, stamped=True,
                                optional=True) for p in range(1, P)]
-            act = s.nop(after=[self._trigger] + arrivals, need=self.quorum)
+            flushes = [s.recv(peer=p, tag=flush_tag, stamped=True,
+                              optional=True) for p in range(1, P)]
+            count = s.nop(after=[self._trigger] + arrivals, need=self.quorum,
+                          optional=True)
+            act = s.nop(after=[count, self._bypass] + flushes, mode=1)
             for j in dims:
                 s.send(peer=1 << j, tag=tag0 + j, stamped=True, optional=True,
                        after=[act])
             return act
         s.send(peer=0, tag=arrive_tag, stamped=True, optional=True,
                after=[self._trigger])
+        s.send(peer=0, tag=flush_tag, stamped=True, optional=True,
+               after=[self._bypass])
         recvs = [s.recv(peer=(rank - (1 << j)) % P, tag=tag0 + j, stamped=True,
                         optional=True) for j in dims]
         for j in dims[1:]:
