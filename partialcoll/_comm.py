@@ -1,53 +1,242 @@
-"""Library communicators and clean shutdown.
+"""Library communicators: what partialcoll keeps per user communicator.
 
-Every collective object works on its own duplicate of the user's
-communicator, so library traffic never matches user traffic or another
-collective's.  One-shot collectives (``allreduce``) share one duplicate per
-user communicator and separate concurrent calls by tag blocks taken from a
-counter that advances identically on every rank (collectives are called in
-the same order everywhere, as in MPI).
+Identity.  Everything partialcoll keeps for a user's communicator hangs off
+an MPI attribute on that communicator (a keyval with a delete callback),
+never off a dict keyed by its handle: MPICH reuses a freed communicator's
+handle for the next one, and a handle-keyed cache handed a new 4-rank
+communicator the duplicates of a freed 2-rank one (an allreduce summed over
+2 ranks instead of 4).
+
+What is kept, a :class:`LibraryComm`, is shared by every collective on the
+user's communicator:
+
+* ``comm``: a duplicate for executor traffic (the schedules' sends and
+  receives).  Collectives on it are kept apart by tags (:class:`TagSpace`).
+* ``ctl``: a duplicate for the library's own mpi4py collectives
+  (consistency checks, flush, close), so they never match the user's.
+* ``cache``: state that higher modules keep per communicator.
+
+Lifetime: reference counted.  The attribute on the user's communicator holds
+one reference and every open persistent object one.  MPI_Comm_free of the
+user's communicator is collective and runs the delete callback on every
+rank: the ``on_user_free`` hooks run there (function forms are closed,
+collectively, in creation order), then the attribute's reference is dropped.
+The duplicates are freed with the last reference, after the ``on_release``
+hooks; every acquire and release is a step of a collective call, so this
+happens at the same point on every rank.
+
+Hooks: this module imports no collective.  Higher modules register here,
+atexit style, what must happen before a library collective, when a user's
+communicator is freed, when a library communicator goes, and at exit.
 """
 import atexit
+import logging
 import threading
 
 from mpi4py import MPI
 
 from . import _core
+from ._errors import ScheduleError
 
-_lock = threading.Lock()
-_dups = {}          # handle of user comm -> LibraryComm
-_owned = []         # every duplicate we made, freed at exit
+log = logging.getLogger("partialcoll")
+
+_lock = threading.RLock()
+_owned = []             # every duplicate not yet freed
+_live = []              # every LibraryComm not yet released
+_exiting = False
+_hooks = {"before_collective": [], "on_user_free": [], "on_release": [],
+          "at_exit": []}
+
+
+def register(event, fn=None):
+    """Register ``fn`` for ``event``: ``"before_collective"`` (fn(lc), at the
+    start of every library collective on lc), ``"on_user_free"`` (fn(lc),
+    inside the collective MPI_Comm_free of lc's user communicator),
+    ``"on_release"`` (fn(lc), just before lc's duplicates are freed) or
+    ``"at_exit"`` (fn(), before the progress thread stops).  Hooks run in
+    registration order.  Without ``fn``, a decorator that registers."""
+    if fn is None:
+        return lambda f: register(event, f)
+    _hooks[event].append(fn)
+    return fn
+
+
+def _run_hooks(event, *args):
+    for fn in _hooks[event]:
+        fn(*args)
 
 
 class LibraryComm:
-    """A duplicate of a user communicator plus a deterministic tag counter."""
+    """The duplicates and state partialcoll keeps for one user communicator
+    (see the module docstring).  Made by :func:`library_comm`."""
 
     def __init__(self, comm):
-        self.comm = comm.Dup()
-        self.comm.Set_errhandler(MPI.ERRORS_RETURN)
-        _owned.append(self.comm)
+        self.comm = _dup(comm)
+        self.ctl = _dup(comm)
         self.size, self.rank = self.comm.Get_size(), self.comm.Get_rank()
-        self.tag_ub = self.comm.Get_attr(MPI.TAG_UB) or 32767
-        self._next_tag = 0
+        self.tags = TagSpace(self.comm.Get_attr(MPI.TAG_UB) or 32767,
+                             self.size)
+        self.created = 0        # persistent objects made on it (the same
+                                # count on every rank: creation is collective)
+        self.cache = {}
+        self.refs = 1           # the user communicator's attribute
+        self.attached = True    # the user communicator is not freed yet
+        self.freed = False
+        _live.append(self)
+
+    def acquire(self):
+        """One more reference (an open persistent object)."""
+        with _lock:
+            self.refs += 1
+        return self
+
+    def release(self):
+        """Drop a reference; the last one frees the duplicates (collective:
+        call it at the same step on every rank)."""
+        with _lock:
+            self.refs -= 1
+            last = self.refs == 0 and not self.freed
+        if last:
+            try:
+                _run_hooks("on_release", self)
+            finally:
+                self._free()
+
+    def _free(self):
+        self.freed = True
+        self.cache.clear()
+        if self in _live:
+            _live.remove(self)
+        for c in (self.comm, self.ctl):
+            _free_dup(c)
+
+    def before_collective(self):
+        """Call at the start of every library collective on this
+        communicator (runs the ``before_collective`` hooks)."""
+        _run_hooks("before_collective", self)
 
     def tag_block(self, ntags):
-        """The first tag of a block of ``ntags`` tags for the next call."""
-        if ntags > self.tag_ub + 1:
-            raise ValueError("tag space too small for this schedule")
-        if self._next_tag + ntags > self.tag_ub + 1:
-            self._next_tag = 0
-        base, self._next_tag = self._next_tag, self._next_tag + ntags
+        """The first tag of a block of ``ntags`` tags for the next one-shot
+        call (see :class:`TagSpace`)."""
+        return self.tags.one_shot(ntags)
+
+
+class TagSpace:
+    """The tags of one executor communicator, 0 .. MPI_TAG_UB.
+
+    * The lower three quarters hold blocks for persistent objects: first
+      fit, given back at close().  Exhausting them raises ScheduleError
+      with the numbers (see the README's tag budget).
+    * The upper quarter rotates among one-shot calls (allreduce): each call
+      takes the block after the previous call's, wrapping around.
+
+    Blocks are taken and given back inside collective calls, in the same
+    order on every rank, so every rank hands out the same tags.
+    """
+
+    def __init__(self, tag_ub, size):
+        total = tag_ub + 1
+        self.tag_ub, self.size = tag_ub, size
+        self.one_shot_lo = total - total // 4
+        self._free = [[0, self.one_shot_lo]]     # sorted [start, end)
+        self._next = self.one_shot_lo
+        self.held = 0           # tags held by persistent objects
+        self.blocks = 0         # blocks held
+
+    def block(self, ntags, what="partial collective object"):
+        """The first tag of a free block of ``ntags`` tags (first fit)."""
+        for ext in self._free:
+            if ext[1] - ext[0] >= ntags:
+                base = ext[0]
+                ext[0] += ntags
+                if ext[0] == ext[1]:
+                    self._free.remove(ext)
+                self.held += ntags
+                self.blocks += 1
+                return base
+        raise ScheduleError(
+            f"out of MPI tags on this communicator: {self.blocks} open "
+            f"objects hold {self.held} of the {self.one_shot_lo} tags set "
+            f"aside for persistent objects (three quarters of MPI_TAG_UB + 1 "
+            f"= {self.tag_ub + 1}), and a {what} at P = {self.size} needs "
+            f"{ntags}; close() objects you no longer use")
+
+    def give_back(self, base, ntags):
+        """Return a block taken with :meth:`block`."""
+        self.held -= ntags
+        self.blocks -= 1
+        end = base + ntags
+        free = self._free
+        i = 0
+        while i < len(free) and free[i][0] < base:
+            i += 1
+        free.insert(i, [base, end])
+        if i + 1 < len(free) and free[i + 1][0] == end:     # merge right
+            free[i][1] = free.pop(i + 1)[1]
+        if i > 0 and free[i - 1][1] == base:                 # merge left
+            free[i - 1][1] = free.pop(i)[1]
+
+    def one_shot(self, ntags):
+        """The first tag of the next rotating block of ``ntags`` tags."""
+        top = self.tag_ub + 1
+        if ntags > top - self.one_shot_lo:
+                raise ScheduleError(
+                f"a one-shot collective at P = {self.size} needs {ntags} "
+                f"tags, more than the {top - self.one_shot_lo} kept for them "
+                f"(a quarter of MPI_TAG_UB + 1 = {top})")
+        if self._next + ntags > top:
+            self._next = self.one_shot_lo
+        base, self._next = self._next, self._next + ntags
         return base
 
 
+def _user_comm_freed(comm, keyval, lc):
+    """Delete callback of the attribute: runs inside the user's collective
+    MPI_Comm_free, on every rank.  Never raises (MPI would fail the free)."""
+    if lc.freed or _exiting:
+        return
+    lc.attached = False
+    try:
+        _run_hooks("on_user_free", lc)
+    except Exception:
+        log.exception("cleaning up after a freed communicator failed")
+    finally:
+        try:
+            lc.release()
+        except Exception:
+            log.exception("freeing the library's duplicates failed")
+
+
+_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_user_comm_freed)
+
+
 def library_comm(comm):
-    """The shared duplicate of ``comm`` for one-shot collectives."""
-    key = MPI._handleof(comm)
-    with _lock:
-        lc = _dups.get(key)
-        if lc is None:
-            lc = _dups[key] = LibraryComm(comm)
-        return lc
+    """The :class:`LibraryComm` of the user's communicator ``comm``, made on
+    first use (then collective: it duplicates ``comm`` twice)."""
+    lc = comm.Get_attr(_KEYVAL)
+    if lc is None:
+        with _lock:
+            lc = comm.Get_attr(_KEYVAL)
+            if lc is None:
+                lc = LibraryComm(comm)
+                comm.Set_attr(_KEYVAL, lc)
+    return lc
+
+
+def find(comm):
+    """The :class:`LibraryComm` of ``comm`` if it has one, else None (never
+    collective)."""
+    return comm.Get_attr(_KEYVAL)
+
+
+def live():
+    """The library communicators not yet released, oldest first."""
+    return list(_live)
+
+
+def live_duplicates():
+    """How many duplicate communicators partialcoll holds now."""
+    return len(_owned)
 
 
 def disagreements(comm, mine):
@@ -64,40 +253,55 @@ def per_rank(everyone, key):
                                   for r, d in enumerate(everyone))
 
 
-def dup(comm):
-    """A private duplicate of ``comm`` (for persistent collective objects)."""
+def _dup(comm):
     c = comm.Dup()
     c.Set_errhandler(MPI.ERRORS_RETURN)
-    _owned.append(c)
+    with _lock:
+        _owned.append(c)
     return c
 
 
-def release(comm):
-    """Free a duplicate made by :func:`dup` (idempotent)."""
-    if comm in _owned:
-        _owned.remove(comm)
-        if not MPI.Is_finalized():
-            comm.Free()
+def _free_dup(c):
+    with _lock:
+        if c not in _owned:
+            return
+        _owned.remove(c)
+    if not MPI.Is_finalized():
+        c.Free()
 
 
 @atexit.register
 def _shutdown():
-    # Runs before mpi4py finalises MPI: stop the progress thread, cancel
-    # every pending request, free every schedule and duplicate communicator.
-    from .collectives import partial
+    # Runs before mpi4py finalises MPI: let higher modules finish what is in
+    # flight (at_exit hooks: partial objects quiesce, the timeline is
+    # written), free every schedule (receives cancelled, sends left to
+    # complete), stop the progress thread after draining those sends for a
+    # bounded time, free every duplicate communicator.
+    global _exiting
+    _exiting = True
+    alive = MPI.Is_initialized() and not MPI.Is_finalized()
+    if alive:
+        for fn in _hooks["at_exit"]:
+            try:
+                fn()
+            except Exception:
+                log.exception("partialcoll exit handler failed")
     from .schedule import free_all
-    if MPI.Is_initialized() and not MPI.Is_finalized():
-        partial.quiesce_all()
-    _core.shutdown()
     free_all()
-    if MPI.Is_initialized() and not MPI.Is_finalized():
+    stuck = _core.shutdown(5.0)
+    if stuck:
+        log.warning("%d freed schedule(s) still had sends in flight after "
+                    "5 s at exit: their receivers never took them (freed "
+                    "or failed schedules); MPI_Finalize may report them",
+                    stuck)
+    for lc in list(_live):
+        lc.freed = True
+        lc.cache.clear()
+    _live.clear()
+    if alive:
         for c in _owned:
             try:
                 c.Free()
             except MPI.Exception:
                 pass
     _owned.clear()
-    _dups.clear()
-    from .collectives import allreduce, partial
-    allreduce._plans.clear()
-    partial._objects.clear()

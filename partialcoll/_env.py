@@ -5,6 +5,9 @@ import os
 ALLREDUCE_ALGORITHM = "PARTIALCOLL_ALLREDUCE_ALGORITHM"
 #: messages of at most this many bytes use recursive doubling (default 16384)
 ALLREDUCE_THRESHOLD = "PARTIALCOLL_ALLREDUCE_THRESHOLD"
+#: bytes of temporary buffers allreduce's schedule pool may keep in idle
+#: schedules (default 64 MiB; least recently used ones are dropped first)
+ALLREDUCE_POOL_BYTES = "PARTIALCOLL_ALLREDUCE_POOL_BYTES"
 #: longest sleep (microseconds) of a polling progress thread (default 100);
 #: read by the C core
 POLL_MAX_US = "PARTIALCOLL_POLL_MAX_US"

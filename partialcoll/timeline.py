@@ -27,7 +27,7 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from . import _core, _env
+from . import _comm, _core, _env
 from ._slots import OUTCOMES as _OUTCOMES
 
 _C = _core.constants()
@@ -119,9 +119,11 @@ def write(path, comm=None):
     return path
 
 
+@_comm.register("at_exit")
 def write_at_exit():
-    """Called by the exit handler on every rank: writes the trace if a
-    path was given (PARTIALCOLL_TIMELINE or enable(path))."""
+    """Exit hook (every rank, after partial objects quiesced): writes the
+    merged trace if a path was given (PARTIALCOLL_TIMELINE or
+    enable(path))."""
     path = _state["path"]
     if path and MPI.Is_initialized() and not MPI.Is_finalized():
         write(path)

@@ -195,7 +195,7 @@ def test_partial_device_exactly_once(dev, path, name, cls, kw):
         res = ar(dev.to(x))
         assert dev.is_device(res.data) and res.data.shape == (4, 5)
         got += dev.host(res.data)
-    st = ar._sched.device_stats
+    st = ar._rounds._sched.device_stats
     got += dev.host(ar.close().data)
     total = np.empty_like(mine)
     COMM.Allreduce(mine, total)

@@ -52,7 +52,7 @@ def test_sum_of_updates_is_sum_of_grads_over_P_and_replicas_agree(mode):
     mine, infos = skewed_training(opt, params, 200, seed=1,
                                   skip=lambda s: (s + RANK) % 5 == 0)
     coll = opt.averager._buckets[0].coll
-    entered = coll._snapshots() if coll else 0
+    entered = coll.started if coll else 0
     opt.flush()          # first: other ranks may be waiting on this one
     first_flush = COMM.allreduce(entered, op=MPI.MIN)
     everyone = [np.empty_like(t) for t in mine]

@@ -67,3 +67,38 @@ def test_exit_with_partial_rounds_in_flight(mpi_script, n):
     assert out.count("exiting") == n and secs < 30
     for word in ("leak", "pending", "Warning", "WARNING", "Abort"):
         assert word not in err, err
+
+
+DROPPED_ON_ONE_RANK = """
+import gc, logging, time, numpy as np, partialcoll as pc
+from mpi4py import MPI
+logging.basicConfig(format="%(name)s %(levelname)s %(message)s")
+rank = MPI.COMM_WORLD.rank
+ar = pc.SoloAllreduce(np.zeros(1000))
+later = pc.MajorityAllreduce(np.zeros(3))      # created after it
+if rank == 0:
+    ar(np.ones(1000))
+    del ar                        # dropped without close(), on rank 0 only
+    gc.collect()
+    time.sleep(0.3)
+    other = pc.SoloAllreduce(np.zeros(2)); del other; gc.collect()
+else:
+    total = 0.0
+    for i in range(200):          # rank 0's schedule must keep serving
+        total += ar(np.ones(1000)).data[0]
+    other = pc.SoloAllreduce(np.zeros(2)); del other; gc.collect()
+print("exiting", rank, flush=True)
+"""
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_object_dropped_on_one_rank_keeps_serving_and_exit_is_clean(
+        mpi_script, n):
+    rc, out, err, secs = mpi_script(DROPPED_ON_ONE_RANK, n=n, timeout=60)
+    assert rc == 0, err
+    assert out.count("exiting") == n and secs < 30
+    # one warning per process, however many objects it dropped
+    assert err.count("partialcoll WARNING") == n, err
+    assert "SoloAllreduce" in err and "dropped without close()" in err
+    for word in ("leak", "pending", "Abort", "Traceback"):
+        assert word not in err, err

@@ -102,7 +102,7 @@ def run_one(impl, args, comm, k, bufs):
     # NAP per round: each round once, from whichever rank saw it, among
     # the rounds started before any rank entered close() (its synchronous
     # round starts rounds on behalf of ranks that have stopped calling)
-    entered = ar._snapshots()
+    entered = ar.started
     ar.close()
     first_close = comm.allreduce(entered, op=MPI.MIN)
     rounds = {}

@@ -1,4 +1,5 @@
-"""Full allreduce as schedules: builders, algorithm choice and entry points.
+"""Full allreduce as schedules: builders, algorithm choice, the schedule
+pool and the entry points.
 
 Each builder only appends operations to a :class:`~partialcoll.Schedule`
 whose slots are ``send`` (slot 0), ``recv`` (slot 1) and ``tmp`` (slot 2).
@@ -6,17 +7,20 @@ The reduced vector ends in ``recv`` on every rank, bit-identical across ranks
 (every combining step computes ``a op b`` on one side and ``b op a`` on the
 other, and the ops are commutative elementwise).
 """
+import collections
+
 import numpy as np
 from mpi4py import MPI
 
-from .. import _device, _env
+from .. import _comm, _core, _device, _env
 from .._buffers import as_array
-from .._comm import library_comm
-from .._errors import ScheduleError, require_thread_multiple
+from .._errors import (ScheduleBusyError, ScheduleError,
+                       require_thread_multiple)
 from ..ops import OPS, Op, as_op, check_op_dtype
+from ..schedule import Request, Schedule
 
 SUM = OPS["SUM"]
-from ..schedule import Request, Schedule
+_DEVICE = _core.constants()["DEVICE"]
 
 #: messages up to this many bytes use recursive doubling (else ring)
 DEFAULT_THRESHOLD = 16384
@@ -205,43 +209,126 @@ def choose_algorithm(nbytes, count, size, algorithm=None):
     return "rabenseifner" if size & (size - 1) == 0 else "ring"
 
 
+#: most schedules the pool keeps (idle ones beyond it are dropped, oldest
+#: first); their temporary buffers are bounded by pool_budget()
+POOL_SCHEDULES = 64
+#: default of PARTIALCOLL_ALLREDUCE_POOL_BYTES
+DEFAULT_POOL_BYTES = 64 << 20
+
+
+def pool_budget():
+    """Bytes of temporary buffers the pool may keep in idle schedules
+    (``PARTIALCOLL_ALLREDUCE_POOL_BYTES``, default 64 MiB)."""
+    return _setting(_env.ALLREDUCE_POOL_BYTES, DEFAULT_POOL_BYTES, int)
+
+
 class _Pool:
-    """Committed schedules by (comm, algorithm, count, dtype, op, in-place)."""
+    """Committed allreduce schedules, reused by calls of the same signature
+    (library communicator, algorithm, count, dtype, op, in-place, device).
+
+    Least recently used first: after each new schedule, idle ones are
+    dropped, oldest first, until at most POOL_SCHEDULES remain and their
+    temporary buffers fit pool_budget() (the newest stays even if it alone
+    is larger).  A busy one is never dropped; a dropped one is not freed
+    (a request may still hold it): the last reference frees it.  The
+    schedules hold no caller's buffers between calls (see _unbind)."""
 
     def __init__(self):
-        self._pool = {}
+        self._by_key = {}                       # (lc, key) -> [Schedule]
+        self._lru = collections.OrderedDict()   # Schedule -> ((lc, key), bytes)
+        self.nbytes = 0
 
     def get(self, lc, algo, count, dtype, op, inplace, device=None):
-        """``device``: (backend, device id) for device buffers."""
+        """An idle schedule (made if none is idle).  ``device``: (backend,
+        device id) for device buffers."""
         path = _device.gpu_path() if device else None
-        key = (id(lc), algo, count, dtype.str, op.name, inplace,
-               device and (device[0].name, device[1]), path)
-        for sched in self._pool.get(key, ()):
-            core = sched._core_sched()
-            if core.posted == core.done:
+        key = (lc, (algo, count, dtype.str, op.name, inplace,
+                    device and (device[0].name, device[1]), path))
+        for sched in self._by_key.get(key, ()):
+            if _idle(sched._core_sched()):
+                self._lru.move_to_end(sched)
                 return sched
-        s = Schedule(lc.comm)
-        after = ()
-        if device:
-            s.use_device(*device)
-        send = s.buffer(dtype=dtype, size=count, writable=False, name="send",
-                        device=bool(device))
-        recv = s.buffer(dtype=dtype, size=count, name="recv",
-                        device=bool(device))
-        tmp_size = 2 * (count // lc.size + 1) if algo == "ring" else count
-        tmp = s.buffer(device[0].empty(tmp_size, dtype) if device else
-                       np.empty(tmp_size, dtype), name="tmp")
-        if device:          # MPI may read the caller's data only once it is there
-            after = [s.fence()]
-        BUILDERS[algo](s, lc.size, lc.rank, send, recv, tmp, op, inplace,
-                       after=after)
-        s.commit()
-        s.ntags = 2 * lc.size + 2
-        self._pool.setdefault(key, []).append(s)
-        return s
+        sched, nbytes = _build(lc, algo, count, dtype, op, inplace, device)
+        self._by_key.setdefault(key, []).append(sched)
+        self._lru[sched] = (key, nbytes)
+        self.nbytes += nbytes
+        self._trim(pool_budget())
+        return sched
+
+    def _trim(self, budget):
+        for sched in list(self._lru)[:-1]:
+            if len(self._lru) <= POOL_SCHEDULES and self.nbytes <= budget:
+                return
+            if _idle(sched._core_sched()):
+                self._forget(sched)
+
+    def _forget(self, sched):
+        (lc, key), nbytes = self._lru.pop(sched)
+        self.nbytes -= nbytes
+        scheds = self._by_key[(lc, key)]
+        scheds.remove(sched)
+        if not scheds:
+            del self._by_key[(lc, key)]
+        plans = lc.cache.get("allreduce.plans", {})
+        for k in [k for k, plan in plans.items() if plan[3] is sched]:
+            del plans[k]
+
+    def drop(self, lc):
+        """Forget lc's schedules once their rounds (posted on every rank, so
+        they complete) are over: lc's duplicates are about to be freed."""
+        for sched in [s for s, ((c, _), _) in self._lru.items() if c is lc]:
+            sched.wait()
+            self._forget(sched)
+
+
+def _idle(core):
+    return core.posted == core.done
+
+
+def _build(lc, algo, count, dtype, op, inplace, device):
+    """A committed schedule for one signature, and its temporary bytes."""
+    s = Schedule(lc.comm)
+    after = ()
+    if device:
+        s.use_device(*device)
+    send = s.buffer(dtype=dtype, size=count, writable=False, name="send",
+                    device=bool(device))
+    recv = s.buffer(dtype=dtype, size=count, name="recv", device=bool(device))
+    tmp_size = 2 * (count // lc.size + 1) if algo == "ring" else count
+    tmp = device[0].empty(tmp_size, dtype) if device else \
+        np.empty(tmp_size, dtype)
+    tmp_slot = s.buffer(tmp, name="tmp")
+    if device:          # MPI may read the caller's data only once it is there
+        after = [s.fence()]
+    BUILDERS[algo](s, lc.size, lc.rank, send, recv, tmp_slot, op, inplace,
+                   after=after)
+    s.commit()
+    s.ntags = 2 * lc.size + 2
+    return s, tmp.nbytes
 
 
 _pool = _Pool()
+
+
+def pool_size():
+    """(schedules, bytes of temporary buffers) the pool holds now."""
+    return len(_pool._lru), _pool.nbytes
+
+
+@_comm.register("on_release")
+def _drop_pool(lc):
+    _pool.drop(lc)
+
+
+def _unbind(core):
+    """Give the caller's buffers back: slots 0 and 1 forget them, so the
+    pool keeps no user array alive.  A slot that a newer call has rebound
+    (and posted) is that call's to give back."""
+    try:
+        core.unbind(0)
+        core.unbind(1)
+    except ScheduleBusyError:
+        pass
 
 
 def _prepare(sendbuf, recvbuf, op, comm):
@@ -333,7 +420,7 @@ def _plan(sendbuf, recvbuf, op, comm, algorithm):
         if send is not recv:
             recv[...] = send
         return send, recv, result, None, 0
-    lc = library_comm(comm)
+    lc = _comm.library_comm(comm)
     algo = choose_algorithm(send.nbytes, send.size, lc.size, algorithm)
     sched = _pool.get(lc, algo, send.size, send.dtype, op, send is recv,
                       be and (be, be.device_id(send)))
@@ -356,6 +443,9 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
             ``"rabenseifner"`` (default: chosen by size, see
             :func:`choose_algorithm`).
 
+    The buffers must stay untouched until ``wait()`` returns (or ``test()``
+    says True); from then on partialcoll holds no reference to them.
+
     Example::
 
         req = partialcoll.iallreduce(np.ones(1000))
@@ -369,15 +459,15 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
     core = sched._core_sched()
     core.set_tag_base(tags)
     if sched.gpu_path is not None:
-        sched.bind(0, send)
-        sched.bind(1, recv)
-        return Request(sched, sched.post()._upto, result)
+        # raw pointers: the request, not the schedule, keeps the arrays
+        be = _device.backend_of(send)
+        core.bind_ptr(0, be.ptr(send), send.nbytes, False, _DEVICE)
+        core.bind_ptr(1, be.ptr(recv), recv.nbytes, True, _DEVICE)
+        return _AllreduceRequest(sched, sched.post()._upto, result,
+                                 (send, recv))
     core.bind(0, send, False)
     core.bind(1, recv, True)
-    return Request(sched, core.post(), result)
-
-
-_plans = {}      # fast-path key -> (LibraryComm, Schedule core, ntags)
+    return _AllreduceRequest(sched, core.post(), result, None)
 
 
 def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
@@ -388,22 +478,31 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
         total = partialcoll.allreduce(np.arange(4.0))   # elementwise sum
 
     Repeated calls with NumPy arrays of the same size, dtype and op take a
-    cached plan: no validation beyond a few checks, one call into C.
+    cached plan (kept with the communicator's library state): no validation
+    beyond a few checks, one call into C.  Its schedule may be busy (an
+    ``iallreduce`` of the same signature still running): then the call
+    takes another one from the pool, as MPI allows.
     """
     if comm is None:
         comm = MPI.COMM_WORLD
     if (type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
             and type(op) is Op):
-        key = (MPI._handleof(comm), sendbuf.dtype, sendbuf.size, op,
-               algorithm, sendbuf is recvbuf)
-        plan = _plans.get(key)
+        plan = _find_plan(comm, (sendbuf.dtype, sendbuf.size, op, algorithm,
+                                 sendbuf is recvbuf))
         if (plan is not None and recvbuf.dtype == sendbuf.dtype
                 and recvbuf.size == sendbuf.size
                 and (sendbuf is recvbuf
                      or not np.may_share_memory(sendbuf, recvbuf))):
-            lc, core, ntags = plan
-            core.run(sendbuf, recvbuf, lc.tag_block(ntags))
-            return recvbuf
+            lc, core, ntags, _ = plan
+            # busy (an iallreduce of this signature runs): the pool has
+            # another.  Checked before taking a tag block: every rank must
+            # take exactly one per call, busy or not.
+            if _idle(core):
+                try:
+                    core.run(sendbuf, recvbuf, lc.tag_block(ntags))
+                    return recvbuf
+                finally:
+                    _unbind(core)
     if _device_of(sendbuf, recvbuf) is not None:
         return iallreduce(sendbuf, recvbuf, op, comm, algorithm).wait()
     send, recv, result, sched, tags = _plan(sendbuf, recvbuf, op, comm,
@@ -411,12 +510,55 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
     if sched is None:
         return result
     core = sched._core_sched()
-    core.run(send, recv, tags)
+    try:
+        core.run(send, recv, tags)
+    finally:
+        _unbind(core)
     if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
-        _plans[(MPI._handleof(comm), send.dtype, send.size, as_op(op),
-                algorithm, send is recv)] = (library_comm(comm), core,
-                                             sched.ntags)
+        lc = _comm.library_comm(comm)
+        lc.cache.setdefault("allreduce.plans", {})[
+            (send.dtype, send.size, as_op(op), algorithm, send is recv)] = \
+            (lc, core, sched.ntags, sched)
     return result
+
+
+def _find_plan(comm, key):
+    """The fast-path plan for ``key`` on ``comm`` (None if there is none or
+    ``comm`` is not a usable communicator: the slow path says why)."""
+    try:
+        lc = _comm.find(comm)
+    except (MPI.Exception, AttributeError):
+        return None
+    return lc and lc.cache.get("allreduce.plans", {}).get(key)
+
+
+class _AllreduceRequest(Request):
+    """A posted allreduce round.  Once it is complete (``wait()`` returned
+    or ``test()`` said True) the schedule gives the caller's buffers back
+    (:func:`_unbind`) and the request drops ``keep`` (device arrays bound by
+    address); only the result it returns stays referenced."""
+
+    def __init__(self, sched, upto, result, keep):
+        super().__init__(sched, upto, result)
+        self._keep, self._bound = keep, True
+
+    def test(self):
+        if not self._bound:
+            return True
+        if not super().test():
+            return False
+        self._give_back()
+        return True
+
+    def wait(self, timeout=None):
+        if self._bound:
+            super().wait(timeout)
+            self._give_back()
+        return self._result
+
+    def _give_back(self):
+        _unbind(self._sched._core_sched())
+        self._keep, self._bound = None, False
 
 
 class _Done:

@@ -1,37 +1,11 @@
-"""Partial allreduce: solo, majority and quorum(k), as persistent schedules.
+"""Partial allreduce: solo, majority and quorum(k).
 
-One persistent schedule per object, re-armed by the executor every round::
-
-    activation ──> snapshot (locked) ──> allreduce(data, op) ──┐
-        │                           └──> allreduce(flag, SUM) ──┴─> accumulate (locked)
-
-* activation: who may start a round.
-  - solo: every rank's trigger T (stamped with the round) starts it; the
-    activation spreads through a union of binomial trees on the circulant
-    graph x -> x + 2^j (mod P): the send on dimension j fires on ANY(T, a
-    receive on a lower dimension), so any P works and simultaneous initiators
-    give one round (consumable ops + round-stamped messages).
-  - majority: the same graph, but only the rank drawn for the round (a hash
-    of a seed shared by all ranks and the round number) fires T.
-  - quorum(k): every caller sends a stamped arrival to rank 0, whose
-    activation NOP needs k of the P arrivals, then broadcasts.
-* snapshot, under the schedule's data lock: send <- pending, pending <- identity,
-  fresh flag -> meta, deposit sequence number -> round_seq, snapshots += 1.
-* accumulate, under the lock: acc <- acc op result (catch-up) or result,
-  rounds-accumulated += 1, acc_seq <- round_seq, last_active <- sum of flags.
-
-A call deposits into `pending` under the lock; the snapshot count read in the
-same hold is R, the round that will carry the deposit.  The deposit is fresh
-when the call will wait for R itself (no round running, none waiting to be
-seen); else it is carried into R as stale data.  The call's arrival counts for
-round R (solo and quorum: when fresh; majority: when this rank is R's drawn
-initiator).  If finished
-rounds are waiting it returns them at once, else it waits for the next round
-and takes `acc` under the lock.  So each contribution is in exactly
-one round, results are never overwritten while read (they are copied out
-under the lock), and a rank that missed rounds gets them all combined.
+The objects here are handles: what the user holds.  The schedule, buffers
+and protocol live in :mod:`._rounds` (its docstring draws the schedule), in
+a registry of open objects, so that a handle dropped without ``close()``
+does not pull the schedule from under the other ranks (it stays open until
+a collective close, and a warning says so).
 """
-import secrets
 import weakref
 
 import numpy as np
@@ -39,356 +13,97 @@ from mpi4py import MPI
 
 from .. import _comm, _device
 from .._buffers import as_array
-from .._errors import ScheduleError, WaitTimeout, require_thread_multiple
+from .._errors import ScheduleError, require_thread_multiple
 from ..ops import OPS, as_op, check_op_dtype
-from ..schedule import Schedule
-from .allreduce import (BUILDERS, _Done, build_recursive_doubling,
-                        choose_algorithm)
+from . import _rounds
+from ._rounds import Result as PartialResult, designated as _designated  # noqa: F401
+from ._rounds import tag_block_size  # noqa: F401
 
 SUM = OPS["SUM"]
-_UFUNCS = {"SUM": "add", "PROD": "multiply", "MIN": "minimum",
-           "MAX": "maximum", "LAND": "logical_and", "LOR": "logical_or",
-           "LXOR": "logical_xor", "BAND": "bitwise_and",
-           "BOR": "bitwise_or", "BXOR": "bitwise_xor"}
-_META = ("flag", "zero", "one", "meta_send", "meta_recv", "dep_seq",
-         "round_seq", "acc_seq", "acc_rounds", "last_active", "snaps",
-         "prev_seq", "acc_lo")
-
-
-class PartialResult:
-    """What one call of a partial allreduce returns.
-
-    Attributes:
-        data: the result (an array shaped like ``like``): the latest round, or
-            with ``catch_up`` every round this rank had not seen, combined.
-        included: whether this call's contribution is in ``data``'s rounds.
-        round: index of the last round ``data`` covers (-1 if none).
-        active: processes that contributed fresh data in that round (NAP).
-        rounds: how many rounds ``data`` combines.
-    """
-
-    __slots__ = ("data", "included", "round", "active", "rounds")
-
-    def __init__(self, data, included, round, active, rounds):
-        self.data, self.included, self.round = data, included, round
-        self.active, self.rounds = active, rounds
-
-    def __repr__(self):
-        return (f"PartialResult(round={self.round}, rounds={self.rounds}, "
-                f"active={self.active}, included={self.included})")
-
-
-def _designated(seed, rnd, size):
-    """Majority's initiator of round `rnd`: splitmix64 of (seed, round)."""
-    z = (seed * 0x9E3779B97F4A7C15 + rnd + 1) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return (z ^ (z >> 31)) % size
 
 
 class PartialAllreduce:
-    """Base of the partial allreduce objects (see the module docstring).
+    """Base of the partial allreduce objects.
 
     Not thread-safe: call one object from one thread.  Creating, ``flush()``
-    and ``close()`` are collective over ``comm``.
+    and ``close()`` are collective over ``comm``.  Attributes: ``shape``,
+    ``dtype``, ``op``, ``comm``, ``size``, ``rank``, ``catch_up``,
+    ``sync_every``, ``seed``, ``quorum``.
     """
 
     kind = None
-    _created = 0                         # creation order, equal on all ranks
 
     def __init__(self, like, op=SUM, comm=None, catch_up=True, sync_every=None,
                  *, quorum=None, seed=0, algorithm=None):
         require_thread_multiple()
         backend = _device.backend_of(like)
-        self._mem = backend or _device.HOST
         if backend is None:
             like = np.asarray(like)
-        self._device = backend and backend.device_id(like)
         op = as_op(op)
         check_op_dtype(op, like.dtype)
         comm = MPI.COMM_WORLD if comm is None else comm
         if sync_every is not None and int(sync_every) < 1:
             raise ScheduleError("sync_every must be a positive integer or None")
-        self.shape, self.dtype, self.op = like.shape, like.dtype, op
-        self.catch_up, self.seed = bool(catch_up), int(seed)
-        self.sync_every = None if sync_every is None else int(sync_every)
-        self.comm = _comm.dup(comm)
-        self._ctl = _comm.dup(comm)      # control traffic (flush, close)
-        self.size, self.rank = self.comm.Get_size(), self.comm.Get_rank()
-        self.quorum = self._check_quorum(quorum)
-        self._check_consistent(algorithm)
-        self._build(like.size, algorithm)
-        self._observed = 0               # rounds taken by this rank
-        self._calls = 0
-        self._closed = False
-        PartialAllreduce._created += 1
-        self._order = PartialAllreduce._created
-        _LIVE.add(self)
-        self._sched.post()
+        args = {"name": type(self).__name__, "shape": like.shape,
+                "dtype": like.dtype, "op": op, "comm": comm,
+                "catch_up": bool(catch_up), "seed": int(seed),
+                "sync_every": None if sync_every is None else int(sync_every),
+                "quorum": quorum, "mem": backend or _device.HOST,
+                "device": backend and backend.device_id(like)}
+        self._rounds = _rounds.KINDS[self.kind](like.size, args, algorithm)
+        for k in ("shape", "dtype", "op", "comm", "catch_up", "seed",
+                  "sync_every", "quorum", "size", "rank"):
+            setattr(self, k, getattr(self._rounds, k))
+        self._finalizer = weakref.finalize(self, _rounds.dropped, self._rounds)
 
-    # -- construction ---------------------------------------------------
-    def _check_quorum(self, quorum):
-        return None
-
-    def _check_consistent(self, algorithm):
-        mine = {"collective": self.kind, "shape": tuple(self.shape),
-                "memory": self._mem.name,
-                "dtype": self.dtype.str, "op": self.op.name,
-                "quorum": self.quorum, "seed": self.seed,
-                "catch_up": self.catch_up, "sync_every": self.sync_every,
-                "algorithm": algorithm}
-        everyone, bad = _comm.disagreements(self.comm, mine)
-        if bad:
-            detail = "; ".join(_comm.per_rank(everyone, k) for k in bad)
-            self._release_comms()
-            raise ScheduleError(f"{type(self).__name__} created with different "
-                                f"arguments on different ranks ({detail})")
-
-    def _build(self, n, algorithm):
-        P, rank = self.size, self.rank
-        ident, mem = self.op.identity(self.dtype), self._mem
-        self._pending = mem.full(n, ident, self.dtype)
-        self._identity = mem.full(n, ident, self.dtype)
-        self._acc = mem.full(n, ident, self.dtype)
-        send, recv = mem.empty(n, self.dtype), mem.empty(n, self.dtype)
-        self._combine = getattr(mem.xp, _UFUNCS[self.op.name])
-        self._meta = {k: np.zeros(1, np.int64) for k in _META}
-        self._meta["one"][0] = 1
-        stamp_id = self.comm.bcast(secrets.randbits(63) if rank == 0 else None)
-        s = self._sched = Schedule(self.comm, persistent=True, stamp_id=stamp_id)
-        b = {k: s.buffer(v, name=k) for k, v in self._meta.items()}
-        pend, idb, acc = (s.buffer(self._pending, name="pending"),
-                          s.buffer(self._identity, name="identity"),
-                          s.buffer(self._acc, name="acc"))
-        bs, br = s.buffer(send, name="send"), s.buffer(recv, name="recv")
-        mtmp = s.buffer(np.zeros(1, np.int64), name="meta_tmp")
-        algo = choose_algorithm(send.nbytes, n, P, algorithm)
-        tmp = s.buffer(mem.empty(2 * (n // P + 1) if algo == "ring" else n,
-                                 self.dtype), name="tmp")
-        self._tags = 2 * P + 4           # tag blocks: data, meta, activation
-        act = self._build_activation(s, 4 * self._tags)
-        c = s.copy(bs, pend, after=[act], locked=True)
-        c = s.copy(pend, idb, after=[c], locked=True)
-        c = s.copy(b["meta_send"], b["flag"], after=[c], locked=True)
-        c = s.copy(b["flag"], b["zero"], after=[c], locked=True)
-        c = s.copy(b["prev_seq"], b["round_seq"], after=[c], locked=True)
-        c = s.copy(b["round_seq"], b["dep_seq"], after=[c], locked=True)
-        snap = s.reduce(b["snaps"], b["one"], SUM, after=[c], locked=True)
-        first = len(s)
-        BUILDERS[algo](s, P, rank, bs, br, tmp, self.op, False, after=[snap])
-        build_recursive_doubling(s, P, rank, b["meta_send"], b["meta_recv"],
-                                 mtmp, SUM, False, after=[snap], tag0=self._tags)
-        done = s.nop(after=list(range(first, len(s))))
-        if self.catch_up:
-            c = s.reduce(acc, br, self.op, after=[done], locked=True)
-        else:
-            c = s.copy(acc, br, after=[done], locked=True)
-        c = s.reduce(b["acc_rounds"], b["one"], SUM, after=[c], locked=True)
-        c = s.copy(b["acc_seq"], b["round_seq"], after=[c], locked=True)
-        # this round holds the deposits numbered (prev_seq, round_seq]
-        c = s.copy(b["acc_lo"], b["prev_seq"], after=[c], locked=True)
-        s.copy(b["last_active"], b["meta_recv"], after=[c], locked=True)
-
-    def _build_activation(self, s, tag0):
-        """Solo/majority activation: returns the index of the activation NOP."""
-        P, rank = self.size, self.rank
-        self._trigger = s.trigger(optional=True)
-        dims = [j for j in range(P.bit_length()) if (1 << j) < P]
-        recvs = [s.recv(peer=(rank - (1 << j)) % P, tag=tag0 + j, stamped=True,
-                        optional=True) for j in dims]
-        for j in dims:
-            s.send(peer=(rank + (1 << j)) % P, tag=tag0 + j, stamped=True,
-                   optional=True, after=[self._trigger] + recvs[:j], mode=1)
-        return s.nop(after=[self._trigger] + recvs, mode=1)
-
-    # -- calls ----------------------------------------------------------
     def __call__(self, sendbuf):
         """Contribute ``sendbuf`` and return a :class:`PartialResult`."""
         return self.start(sendbuf).wait()
 
     def start(self, sendbuf):
         """Non-blocking form: returns a request with ``test()``/``wait()``."""
-        x = self._check_open_and_buffer(sendbuf)
-        self._calls += 1
-        if self.sync_every and self._calls % self.sync_every == 0:
-            return _Done(self._synchronous_round(x))
-        seq, waiting, rnd, fresh = self._deposit(x)
-        self._arrive(rnd, fresh)
-        if waiting:                       # finished rounds not yet observed
-            return _Done(self._take(seq))
-        return _PartialRequest(self, self._observed, seq)
-
-    def _deposit(self, x, fresh=None):
-        """Add x to the pending data.  Returns (deposit number, finished
-        rounds waiting to be observed, the round R that will take x, fresh).
-
-        The deposit is *fresh* (counted in ``active``, the paper's NAP) when
-        this call will wait for round R itself: nothing is left to collect
-        and no round is running.  Otherwise the call returns an earlier
-        round and x is carried into R as stale data, as eager-SGD does."""
-        core, m = self._sched._core_sched(), self._meta
-        core.lock()
-        try:
-            waiting, rnd = int(m["acc_rounds"][0]), int(m["snaps"][0])
-            if fresh is None:
-                fresh = not waiting and rnd == self._observed
-            if x is not None:
-                # device buffers: on the schedule's stream, after the
-                # caller's work on x; the caller's later work waits for it
-                # (so x may be reused at once).  The snapshot, queued on the
-                # same stream after this hold, sees the deposit.
-                stream, mem = self._sched.stream, self._mem
-                mem.wait_for_caller(stream)
-                with mem.on(stream):
-                    self._combine(self._pending, x, out=self._pending)
-                mem.caller_waits(stream)
-                m["dep_seq"][0] += 1
-                if fresh:
-                    m["flag"][0] = 1
-            return int(m["dep_seq"][0]), waiting, rnd, fresh
-        finally:
-            core.unlock()
-
-    def _arrive(self, rnd, fresh):
-        """Solo: a fresh caller starts round `rnd` (the first arrival
-        activates everyone)."""
-        if fresh:
-            self._sched.fire(self._trigger, round=rnd)
+        r = self._rounds
+        r.check_open()
+        x = _flat(sendbuf, "sendbuf", r.mem, r.device, r.name)
+        if x.dtype != r.dtype or x.size != r._pending.size:
+            raise ScheduleError(f"sendbuf is {x.dtype}[{x.size}], this "
+                                f"{r.name} takes {r.dtype}{list(r.shape)}")
+        return r.start(x)
 
     def flush(self):
         """A synchronous round that every rank calls: returns everything
         still pending (every rank's deposits, and the rounds this rank has
         not observed) as a :class:`PartialResult`."""
-        self._check_open()
-        return self._synchronous_round(None)
-
-    def _synchronous_round(self, x, stall=0.002):
-        """Every rank calls this (flush, close, the sync_every-th call).
-
-        1. Until every rank is here (a non-blocking barrier) this rank makes
-           no other call, so it must count as arrived, or ranks still inside
-           a call would wait on it forever (majority's drawn initiator,
-           quorum's k-th arrival): it starts any round that stalls.
-        2. The rounds anyone may still need are those before M = max of the
-           snapshot counts; all ranks arrive for round M-1's successor M and
-           wait for it, so every started round is finished everywhere.
-        3. Deposit x, barrier, and all arrive for round M+1: it holds every
-           rank's x and everything still pending, and nothing else.
-        """
-        barrier = self._ctl.Ibarrier()
-        while not barrier.Test():
-            rnd = self._snapshots()
-            try:
-                self._sched.wait(round=rnd, timeout=stall)
-            except WaitTimeout:
-                self._sched.fire(self._trigger, round=rnd)
-        last = self._ctl.allreduce(self._snapshots(), op=MPI.MAX)
-        self._sched.fire(self._trigger, round=last)
-        self._sched.wait(round=last)
-        seq = self._deposit(x, fresh=x is not None)[0]
-        self._ctl.Barrier()
-        self._sched.fire(self._trigger, round=last + 1)
-        self._sched.wait(round=last + 1)
-        return self._take(seq)
-
-    def _snapshots(self):
-        return self._deposit(None)[2]
-
-    def _take(self, seq):
-        core, m = self._sched._core_sched(), self._meta
-        core.lock()
-        try:
-            stream, mem = self._sched.stream, self._mem
-            with mem.on(stream):
-                data = self._acc.copy()
-                self._acc[...] = self._identity
-            mem.caller_waits(stream)
-            nr = int(m["acc_rounds"][0])
-            m["acc_rounds"][0] = 0
-            # catch-up: data covers every deposit up to acc_seq not taken
-            # before; latest-only: just the deposits (acc_lo, acc_seq]
-            included = int(m["acc_seq"][0]) >= seq and (
-                self.catch_up or seq > int(m["acc_lo"][0]))
-            active = int(m["last_active"][0])
-        finally:
-            core.unlock()
-        self._observed += nr
-        return PartialResult(data.reshape(self.shape), included,
-                             self._observed - 1, active, nr)
-
-    # -- housekeeping ---------------------------------------------------
-    @property
-    def rounds(self):
-        """Rounds completed by this rank's schedule so far."""
-        return self._sched.rounds
+        return self._rounds.flush()
 
     def close(self):
         """Collective: a final synchronous round (so nothing pending is
         lost: its :class:`PartialResult` is returned), then free everything.
         Idempotent."""
-        if self._closed:
-            return None
-        res = self.flush()
-        self._ctl.Barrier()
-        self._sched.free()
-        self._release_comms()
-        self._closed = True
+        res = self._rounds.close()
+        self._finalizer.detach()
         return res
 
-    def _quiesce(self):
-        """At interpreter exit, collectively over this object's ranks: keep
-        every started round going until all ranks agree none is in flight,
-        so no send is left that MPI_Finalize would wait for."""
-        core = self._sched._core_sched()
-        while True:
-            flag = np.array([1 if core.busy else 0], np.int64)
-            out = np.zeros(1, np.int64)
-            req = self._ctl.Iallreduce(flag, out, op=MPI.MAX)
-            while not req.Test():
-                core.busy          # a progress sweep
-            if out[0] == 0:
-                return
+    @property
+    def closed(self):
+        """Whether the object is closed."""
+        return self._rounds.closed
 
-    def _release_comms(self):
-        _comm.release(self.comm)
-        _comm.release(self._ctl)
+    @property
+    def rounds(self):
+        """Rounds completed by this rank's schedule so far."""
+        return self._rounds.rounds
+
+    @property
+    def started(self):
+        """Rounds started on this rank so far (completed, or running)."""
+        return self._rounds.started()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
-
-    def _check_open(self):
-        if self._closed:
-            raise ScheduleError(f"this {type(self).__name__} is closed")
-
-    def _check_open_and_buffer(self, sendbuf):
-        self._check_open()
-        x = _flat(sendbuf, "sendbuf", self._mem, self._device,
-                  type(self).__name__)
-        if x.dtype != self.dtype or x.size != self._pending.size:
-            raise ScheduleError(f"sendbuf is {x.dtype}[{x.size}], this "
-                                f"{type(self).__name__} takes {self.dtype}"
-                                f"{list(self.shape)}")
-        return x
-
-
-class _PartialRequest:
-    def __init__(self, ar, rnd, seq):
-        self._ar, self._round, self._seq, self._res = ar, rnd, seq, None
-
-    def test(self):
-        """True when the round completed (``wait()`` then returns at once)."""
-        return self._res is not None or \
-            self._ar._sched.test(round=self._round)
-
-    def wait(self, timeout=None):
-        """Wait for the round and return the :class:`PartialResult`."""
-        if self._res is None:
-            self._ar._sched.wait(round=self._round, timeout=timeout)
-            self._res = self._ar._take(self._seq)
-        return self._res
 
 
 class SoloAllreduce(PartialAllreduce):
@@ -412,12 +127,6 @@ class MajorityAllreduce(PartialAllreduce):
 
     kind = "majority"
 
-    def _arrive(self, rnd, fresh):
-        # the drawn initiator's arrival starts its round even when it is
-        # collecting older rounds, or ranks waiting on it could stall
-        if _designated(self.seed, rnd, self.size) == self.rank:
-            self._sched.fire(self._trigger, round=rnd)
-
 
 class QuorumAllreduce(PartialAllreduce):
     """Partial allreduce whose round starts once ``quorum`` processes have
@@ -430,58 +139,6 @@ class QuorumAllreduce(PartialAllreduce):
                  sync_every=None, *, algorithm=None):
         super().__init__(like, op, comm, catch_up, sync_every, quorum=quorum,
                          algorithm=algorithm)
-
-    def _arrive(self, rnd, fresh):
-        if fresh:          # only fresh data counts towards the quorum
-            self._sched.fire(self._trigger, round=rnd)
-
-    def _check_quorum(self, quorum):
-        if quorum is None or not 1 <= int(quorum) <= self.size:
-            self._release_comms()
-            raise ScheduleError(f"quorum must be between 1 and the number of "
-                                f"processes ({self.size}), got {quorum!r}")
-        return int(quorum)
-
-    def _build_activation(self, s, tag0):
-        """Arrivals go to rank 0; its activation needs `quorum` of them and
-        is broadcast on the same circulant trees as solo's."""
-        P, rank = self.size, self.rank
-        self._trigger = s.trigger(optional=True)
-        dims = [j for j in range(P.bit_length()) if (1 << j) < P]
-        arrive_tag = tag0 + 64
-        if rank == 0:
-            arrivals = [s.recv(peer=p, tag=arrive_tag, stamped=True,
-                               optional=True) for p in range(1, P)]
-            act = s.nop(after=[self._trigger] + arrivals, need=self.quorum)
-            for j in dims:
-                s.send(peer=1 << j, tag=tag0 + j, stamped=True, optional=True,
-                       after=[act])
-            return act
-        s.send(peer=0, tag=arrive_tag, stamped=True, optional=True,
-               after=[self._trigger])
-        recvs = [s.recv(peer=(rank - (1 << j)) % P, tag=tag0 + j, stamped=True,
-                        optional=True) for j in dims]
-        for j in dims[1:]:
-            s.send(peer=(rank + (1 << j)) % P, tag=tag0 + j, stamped=True,
-                   optional=True, after=recvs[:j], mode=1)
-        return s.nop(after=recvs, mode=1)
-
-
-_objects = {}
-_LIVE = weakref.WeakSet()
-
-
-def quiesce_all():
-    """Exit handler: quiesce every open object, in creation order (the same
-    on all ranks), then free it."""
-    for ar in sorted(_LIVE, key=lambda a: a._order):
-        if not ar._closed:
-            try:
-                ar._quiesce()
-            finally:
-                ar._sched.free()
-                ar._release_comms()
-                ar._closed = True
 
 
 def _flat(buf, what, mem, device, owner):
@@ -500,18 +157,34 @@ def _function_form(cls, sendbuf, recvbuf, op, comm, **kw):
     x = _flat(sendbuf, "sendbuf", mem, device, cls.__name__)
     shape = x.shape if backend is None and \
         not isinstance(sendbuf, np.ndarray) else sendbuf.shape
-    key = (cls, MPI._handleof(comm), shape, x.dtype.str, as_op(op).name,
-           mem.name, device, tuple(sorted(kw.items())))
-    ar = _objects.get(key)
-    if ar is None or ar._closed:
-        ar = _objects[key] = cls(mem.empty(shape, x.dtype), op=op, comm=comm,
-                                 **kw)
+    key = (cls, shape, x.dtype.str, as_op(op).name, mem.name, device,
+           tuple(sorted(kw.items())))
+    forms = _forms_of(_comm.library_comm(comm))
+    ar = forms.get(key)
+    if ar is None or ar.closed:
+        ar = forms[key] = cls(mem.empty(shape, x.dtype), op=op, comm=comm,
+                              **kw)
     res = ar(x)
     if recvbuf is not None:
         out = _flat(recvbuf, "recvbuf", mem, device, cls.__name__)
         out[...] = res.data.reshape(-1)
         res.data = recvbuf
     return res
+
+
+def _forms_of(lc):
+    """The function-form objects of a library communicator, by signature,
+    in creation order."""
+    return lc.cache.setdefault("partial.forms", {})
+
+
+@_comm.register("on_user_free")
+def _close_forms(lc):
+    # inside the user's collective MPI_Comm_free: every rank closes the same
+    # objects in the same (creation) order
+    forms = lc.cache.pop("partial.forms", {})
+    for ar in sorted(forms.values(), key=lambda a: a._rounds.order):
+        ar.close()
 
 
 def solo_allreduce(sendbuf, recvbuf=None, op=SUM, comm=None):

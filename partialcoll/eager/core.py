@@ -151,11 +151,13 @@ class EagerAverager:
             raise ScheduleError("names and templates differ in length")
         self.specs = specs
         self.sync_every = None if sync_every is None else int(sync_every)
-        self._check_same_everywhere(comm, bucket_bytes, seed)
-        self.comm = _comm.dup(comm)
+        lc = _comm.library_comm(comm)
+        self._check_same_everywhere(lc.ctl, bucket_bytes, seed)
+        self.comm = comm
+        self._lc = lc.acquire()     # its control duplicate, until close()
         self._buckets = _plan_buckets(specs, bucket_bytes, self._mem)
         if self.mode not in SYNC_MODES:
-            kw = {"comm": self.comm, "sync_every": self.sync_every}
+            kw = {"comm": comm, "sync_every": self.sync_every}
             for b in self._buckets:
                 if self.mode == "solo":
                     b.coll = SoloAllreduce(b.send, **kw)
@@ -210,7 +212,7 @@ class EagerAverager:
                     allreduce(b.send, r, comm=self.comm)
                 else:           # MPI_Allreduce, on a host copy for devices
                     r = self._mem.host(b.send).copy()
-                    self.comm.Allreduce(MPI.IN_PLACE, r, op=MPI.SUM)
+                    self._lc.ctl.Allreduce(MPI.IN_PLACE, r, op=MPI.SUM)
                     r = self._mem.from_host(r)
                 out.append(r)
             info = StepInfo(self.steps, self.size, True, 1, self.steps - 1)
@@ -243,7 +245,7 @@ class EagerAverager:
         xp = self._mem.xp
         anything = int(any(r.rounds and bool(xp.any(d != 0))
                            for r, d in zip(res, out)))
-        if not self.comm.allreduce(anything, op=MPI.MAX):
+        if not self._lc.ctl.allreduce(anything, op=MPI.MAX):
             return None
         info = StepInfo(0, min(r.active for r in res), True,
                         max(r.rounds for r in res), max(r.round for r in res))
@@ -259,7 +261,7 @@ class EagerAverager:
         for b in self._buckets:
             if b.coll is not None:
                 b.coll.close()
-        _comm.release(self.comm)
+        self._lc.release()
         self._closed = True
         return final
 
