@@ -96,8 +96,8 @@ setup(
     entry_points={"console_scripts": [
         "partialcoll-bench = partialcoll.bench.__main__:main"]},
     extras_require={
-        "test": ["pytest", "pytest-mpi", "matplotlib"],
-        "bench": ["tqdm", "matplotlib"],
+        "test": ["pytest", "pytest-mpi", "matplotlib", "scikit-learn"],
+        "bench": ["tqdm", "matplotlib", "scikit-learn"],
         "torch": ["torch"],
         # CuPy's binary wheels are per CUDA major version; pick yours
         "cuda": ["cupy-cuda12x"],

@@ -88,6 +88,14 @@ static PyObject *sched_get_serial(SchedObject *self, void *c)
     return PyLong_FromUnsignedLongLong(self->s->serial);
 }
 
+static PyObject *sched_get_sends_left(SchedObject *self, void *c)
+{
+    (void)c;
+    if (pc_check_open(self))
+        return NULL;
+    return PyLong_FromLong(atomic_load(&self->s->sends_left));
+}
+
 static PyObject *sched_get_freed(SchedObject *self, void *c)
 {
     (void)c;
@@ -102,6 +110,8 @@ PyGetSetDef pc_sched_getset[] = {
     {"device_stats", (getter)sched_get_device_stats, NULL,
      "bytes copied by direction, device reductions queued", NULL},
     {"freed", (getter)sched_get_freed, NULL, "freed?", NULL},
+    {"sends_left", (getter)sched_get_sends_left, NULL,
+     "sends handed to the wire and not yet complete", NULL},
     {"serial", (getter)sched_get_serial, NULL,
      "process-local id (the timeline's `sched`)", NULL},
     {"busy", (getter)sched_get_busy, NULL,

@@ -35,10 +35,11 @@ from .collectives.partial import (MajorityAllreduce,  # noqa: E402
                                   QuorumAllreduce, SoloAllreduce,
                                   majority_allreduce, quorum_allreduce,
                                   solo_allreduce)
+from .collectives.lossy_average import RPSAverage, RPSRound  # noqa: E402
 from . import _comm  # noqa: E402,F401  (registers the exit handler)
 
 
-from . import network, timeline  # noqa: E402
+from . import averaging, network, timeline  # noqa: E402
 
 
 def progress_thread_cputime():
@@ -83,4 +84,4 @@ __all__ = ["Schedule", "Slot", "Request", "ALL", "ANY", "Op", "as_op",
            "QuorumAllreduce", "PartialAllreduce", "PartialResult",
            "solo_allreduce", "majority_allreduce", "quorum_allreduce",
            "DeviceError", "gpu_path", "set_gpu_path", "now", "set_send_cap",
-           "engine_stats", "timeline", "network"]
+           "engine_stats", "timeline", "network", "RPSAverage", "RPSRound"]

@@ -519,6 +519,13 @@ class Schedule:
         self._core_sched().open_gate(int(op), int(round))
 
     @property
+    def sends_left(self):
+        """Sends of this schedule handed to the wire and not complete yet
+        (a send completes once its receiver, or a discard receive, took
+        it)."""
+        return self._core_sched().sends_left
+
+    @property
     def serial(self):
         """Process-local id of the committed schedule (timeline events)."""
         return self._core_sched().serial

@@ -13,6 +13,8 @@ from .eager.torch import (EagerHook, EagerOptimizer,  # noqa: E402
                           broadcast_parameters, eager_comm_hook,
                           synchronize_model)
 from .eager.core import StepInfo  # noqa: E402
+from .averaging_torch import RPSOptimizer  # noqa: E402
 
 __all__ = ["EagerOptimizer", "EagerHook", "eager_comm_hook",
-           "broadcast_parameters", "synchronize_model", "StepInfo"]
+           "broadcast_parameters", "synchronize_model", "StepInfo",
+           "RPSOptimizer"]

@@ -2,10 +2,11 @@
 partialcoll.bench``), run under mpiexec."""
 import sys
 
-from . import hyperplane, latency, lstm, netcal, overhead, sweep
+from . import hyperplane, latency, lstm, netcal, overhead, rps, sweep
 
 COMMANDS = {"latency": latency, "sweep": sweep, "overhead": overhead,
-            "hyperplane": hyperplane, "lstm": lstm, "netcal": netcal}
+            "hyperplane": hyperplane, "lstm": lstm, "netcal": netcal,
+            "rps": rps}
 
 
 def main(argv=None):

@@ -1,0 +1,235 @@
+"""The RPS paper's experiment (its section 6) on one machine: training over
+a network that loses messages.
+
+A one-hidden-layer MLP learns scikit-learn's digits (1797 8x8 images, 10
+classes); every rank holds a shard and takes plain SGD steps (no momentum,
+as the paper) on batches of its own.  For each drop probability p the
+emulated network loses each learning message independently (traffic class
+1, seeded), and three algorithms train from the same start on the same
+batches:
+
+  rps        local step, then RPS model averaging (Algorithm 1)
+  gradients  RPS's reduce-scatter/allgather on the gradients, then the step
+             (the paper's baseline: gradient averaging under drops)
+  allreduce  reliable gradient averaging (partialcoll.allreduce), p = 0
+
+The table reports, per p and algorithm, the final training loss of the
+averaged model (mean +- std over seeds), its gap to the reliable allreduce
+of the same seed, the spread of the worker models around their mean
+(||x_i - mean|| / ||mean||, averaged over ranks), and the delivered share
+of averaging messages.  ``--plot`` draws loss against iterations per p.
+"""
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import partialcoll as pc
+
+from ._common import cli, emit, progress
+
+
+def add_args(p):
+    p.add_argument("--drops", default="0,0.01,0.05,0.1,0.2",
+                   help="drop probabilities (comma-separated)")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--iters", type=int, default=600)
+    p.add_argument("--batch", type=int, default=16, help="per rank")
+    p.add_argument("--lr", type=float, default=0.2)
+    p.add_argument("--hidden", type=int, default=32)
+    p.add_argument("--every", type=int, default=25,
+                   help="evaluate the loss every this many iterations")
+    p.add_argument("--drop-mode", choices=["told", "silent"], default="told")
+    p.add_argument("--timeout", type=float, default=0.05,
+                   help="receive deadline for silent drops (s)")
+    p.add_argument("--algorithms", default="rps,gradients,allreduce")
+    p.add_argument("--csv")
+    p.add_argument("--json")
+    p.add_argument("--plot", help="write a PNG of loss vs iterations")
+
+
+def digits():
+    """scikit-learn's digits, scaled to [0, 1]."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise SystemExit("the rps benchmark needs scikit-learn: pip install "
+                         "'partialcoll[bench]'") from None
+    d = load_digits()
+    return (d.data / 16.0).astype(np.float64), d.target.astype(np.int64)
+
+
+class MLP:
+    """64 -> hidden (tanh) -> 10 softmax; parameters as a list of arrays."""
+
+    def __init__(self, hidden, seed):
+        rng = np.random.default_rng([seed, 7])
+        self.params = [rng.normal(0, 0.5, (64, hidden)), np.zeros(hidden),
+                       rng.normal(0, 0.5, (hidden, 10)), np.zeros(10)]
+
+    @staticmethod
+    def forward(params, X):
+        W1, b1, W2, b2 = params
+        h = np.tanh(X @ W1 + b1)
+        z = h @ W2 + b2
+        z -= z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        return h, p / p.sum(axis=1, keepdims=True)
+
+    @classmethod
+    def loss(cls, params, X, y):
+        _, p = cls.forward(params, X)
+        return float(-np.log(p[np.arange(len(y)), y] + 1e-12).mean())
+
+    @classmethod
+    def grads(cls, params, X, y):
+        W1, b1, W2, b2 = params
+        h, p = cls.forward(params, X)
+        d = p.copy()
+        d[np.arange(len(y)), y] -= 1
+        d /= len(y)
+        dh = (d @ W2.T) * (1 - h * h)
+        return [X.T @ dh, dh.sum(0), h.T @ d, d.sum(0)]
+
+
+class SGD:
+    def __init__(self, params, lr):
+        self.params, self.lr = params, lr
+
+    def step(self, grads):
+        for p, g in zip(self.params, grads):
+            p -= self.lr * g
+
+
+def train(algo, p, seed, args, X, y, comm):
+    """One run; returns (losses at the evaluation points, spread, delivered
+    share)."""
+    P, r = comm.size, comm.rank
+    model = MLP(args.hidden, seed)
+    order = np.random.default_rng([seed, 1, r])
+    shard = np.arange(r, len(y), P)
+    opt = SGD(model.params, args.lr)
+    timeout = args.timeout if args.drop_mode == "silent" else None
+    avg = None if algo == "allreduce" else pc.averaging.RPSOptimizer(
+        opt, average="model" if algo == "rps" else "gradients", comm=comm,
+        seed=seed, timeout=timeout)
+    losses = []
+    for it in range(args.iters + 1):
+        if it % args.every == 0:
+            losses.append(MLP.loss(mean_model(model.params, comm), X, y))
+        if it == args.iters:
+            break
+        idx = order.choice(shard, args.batch, replace=False)
+        g = MLP.grads(model.params, X[idx], y[idx])
+        if avg is None:
+            flat = np.concatenate([x.ravel() for x in g])
+            pc.allreduce(flat, flat, comm=comm)
+            flat /= P
+            k = 0
+            for x in g:
+                x.ravel()[...] = flat[k:k + x.size]
+                k += x.size
+            opt.step(g)
+        else:
+            avg.step(g)
+    mean = mean_model(model.params, comm)
+    spread = float(np.linalg.norm(np.concatenate(
+        [(a - m).ravel() for a, m in zip(model.params, mean)])) /
+        np.linalg.norm(np.concatenate([m.ravel() for m in mean])))
+    spread = comm.allreduce(spread) / P
+    share = 1.0
+    if avg is not None:
+        st = avg.stats()
+        share = comm.allreduce((st["rs_delivered_share"] +
+                                st["ag_delivered_share"]) / 2) / P
+        avg.close()
+    return losses, spread, share
+
+
+def mean_model(params, comm):
+    """The average of the ranks' models (reliable mpi4py, outside the
+    emulated network: a measurement, not part of training)."""
+    out = []
+    for a in params:
+        m = np.empty_like(a)
+        comm.Allreduce(a, m)
+        out.append(m / comm.size)
+    return out
+
+
+def run(args, comm=MPI.COMM_WORLD):
+    X, y = digits()
+    drops = [float(v) for v in args.drops.split(",")]
+    algos = args.algorithms.split(",")
+    if any(a not in ("rps", "gradients", "allreduce") for a in algos):
+        raise SystemExit("--algorithms: rps, gradients, allreduce")
+    runs = {}
+    jobs = [(a, p, s) for s in range(args.seeds) for p in drops
+            for a in algos if a != "allreduce" or p == 0]
+    for a, p, s in progress(jobs, comm, "runs"):
+        pc.network.enable({"seed": 1000 + s, "drop_mode": args.drop_mode,
+                           "class": {"1": {"drop": p}}})
+        runs[a, p, s] = train(a, p, s, args, X, y, comm)
+        pc.network.disable()
+    rows, curves = [], {}
+    for a in algos:
+        for p in drops if a != "allreduce" else [0.0]:
+            finals = [runs[a, p, s][0][-1] for s in range(args.seeds)]
+            gaps = [runs[a, p, s][0][-1] - runs["allreduce", 0.0, s][0][-1]
+                    for s in range(args.seeds)] \
+                if "allreduce" in algos else [float("nan")]
+            rows.append({
+                "ranks": comm.size, "p": p, "algorithm": a,
+                "loss": float(np.mean(finals)),
+                "loss_std": float(np.std(finals)),
+                "gap": float(np.mean(gaps)), "gap_std": float(np.std(gaps)),
+                "spread": float(np.mean([runs[a, p, s][1]
+                                         for s in range(args.seeds)])),
+                "delivered": float(np.mean([runs[a, p, s][2]
+                                            for s in range(args.seeds)]))})
+            curves[a, p] = np.mean([runs[a, p, s][0]
+                                    for s in range(args.seeds)], axis=0)
+    emit(rows, ["p", "algorithm", "loss", "loss_std", "gap", "gap_std",
+                "spread", "delivered"], args,
+         f"RPS on digits: {comm.size} ranks, {args.seeds} seeds, "
+         f"{args.iters} iterations, drops {args.drop_mode}", comm)
+    if args.plot and comm.rank == 0:
+        plot(curves, args, comm.size)
+    return rows
+
+
+def plot(curves, args, P):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot needs matplotlib: pip install 'partialcoll[bench]'")
+        return
+    algos = [a for a in ("rps", "gradients") if any(k[0] == a for k in curves)]
+    fig, axes = plt.subplots(1, len(algos), figsize=(5 * len(algos), 3.8),
+                             squeeze=False, sharey=True)
+    xs = np.arange(0, args.iters + 1, args.every)
+    for ax, a in zip(axes[0], algos):
+        for (b, p), ys in sorted(curves.items()):
+            if b == a:
+                ax.plot(xs, ys, label=f"p = {p:g}")
+        if ("allreduce", 0.0) in curves:
+            ax.plot(xs, curves["allreduce", 0.0], "k--", lw=1,
+                    label="reliable allreduce")
+        ax.set_yscale("log")
+        ax.set_title({"rps": "RPS (model averaging)",
+                      "gradients": "gradient averaging"}[a])
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("training loss (averaged model)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"digits MLP, {P} ranks, {args.seeds} seeds")
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=120)
+    plt.close(fig)
+    print(f"plot written to {args.plot}")
+
+
+def main(argv=None):
+    return cli(sys.modules[__name__], "rps", argv)

@@ -1,0 +1,271 @@
+"""Drop-tolerant averaging over an unreliable network: RPS.
+
+Algorithm 1 of Yu et al., "Distributed learning over unreliable networks"
+(../shared/papers/rps-unreliable-networks.txt, section 4.1), the
+Reliable Parameter Server's averaging step.  Every message may be lost
+(independently, probability p); nothing is ever resent::
+
+    P = 3; this iteration's owners (a fresh permutation drawn without
+    replacement from a seed every rank shares): block 0 -> rank 2,
+    block 1 -> rank 0, block 2 -> rank 1
+
+    reduce-scatter   every rank sends block j straight to owner(j) (no ring:
+                     a drop would propagate); the owner averages the blocks
+                     that arrived, its own included, dividing by their
+                     number, not by P
+    allgather        owner(j) sends the averaged block j to every rank; a rank
+                     that does not receive it keeps its own block j
+
+Implementation: one non-persistent schedule per rank, posted by every call.
+Its peers never change: rank r always averages *slot* r.  A call copies
+block perm^-1(q) of the vector into slot q of a staging buffer (slots of
+ceil(n / P) elements, zero padding), so the owners change every iteration
+while the schedule stays the same, and copies the result back.  The
+averaging is the executor's: receives end delivered, dropped or timed out;
+a reduce fed by a receive that was not delivered does nothing; a SCALE op
+divides by the number of delivered blocks + 1.
+
+Drops come from the emulated network (:mod:`partialcoll.network`): the
+messages travel in traffic class ``traffic_class`` (default 1), so
+``[class.1] drop = p`` loses exactly them.  When the network tells the
+receiver (``drop_mode = "told"``) no deadline is needed; when it does not
+(``"silent"``), each reduce-scatter receive waits ``timeout`` seconds after
+the call posts it, each allgather receive twice that: no receive ever waits
+forever.  A message that comes after its receive gave up is discarded.
+"""
+import logging
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import _comm
+from .._errors import ScheduleError
+from ..ops import OPS
+from ..schedule import Schedule
+
+log = logging.getLogger("partialcoll")
+_open = []          # objects not closed yet, in creation order
+
+
+class RPSRound:
+    """What one call did.
+
+    Attributes:
+        round: the call's index (0, 1, ...).
+        owners: owners[j] is the rank that averaged block j.
+        averaged_over: blocks in this rank's average (delivered + its own).
+        received: averaged blocks this rank received from their owners.
+        kept: blocks it kept its own values for (not received).
+    """
+
+    __slots__ = ("round", "owners", "averaged_over", "received", "kept")
+
+    def __init__(self, round, owners, averaged_over, received, kept):
+        self.round, self.owners = round, owners
+        self.averaged_over, self.received, self.kept = (averaged_over,
+                                                         received, kept)
+
+    def __repr__(self):
+        return (f"RPSRound(round={self.round}, averaged_over="
+                f"{self.averaged_over}, received={self.received}, "
+                f"kept={self.kept})")
+
+
+class RPSAverage:
+    """Average a vector over all ranks through drop-tolerant reduce-scatter
+    and allgather (RPS); see the module docstring.
+
+    Args:
+        like: an array with the vector's size and float dtype.
+        comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
+        seed: the block owners' seed, the same on every rank.
+        timeout: seconds a reduce-scatter receive waits (allgather: twice
+            that); needed when the network drops silently.
+        traffic_class: the emulated network's class of these messages.
+
+    Creating it and ``close()`` are collective.  Example::
+
+        avg = pc.RPSAverage(model, seed=0)
+        for step in range(steps):
+            sgd_step(model)
+            info = avg(model)       # model now averaged (in place)
+        avg.close()
+    """
+
+    def __init__(self, like, comm=None, seed=0, timeout=None,
+                 traffic_class=1):
+        like = np.asarray(like)
+        if like.dtype.kind != "f":
+            raise ScheduleError(f"RPSAverage averages float arrays, not "
+                                f"{like.dtype}")
+        if timeout is not None and not float(timeout) > 0:
+            raise ScheduleError("timeout must be a number of seconds > 0")
+        if not isinstance(traffic_class, int) or not 0 <= traffic_class < 16:
+            raise ScheduleError("traffic_class must be in 0..15")
+        comm = MPI.COMM_WORLD if comm is None else comm
+        self.dtype, self.n = like.dtype, like.size
+        self.seed, self.tclass = int(seed), traffic_class
+        self.timeout = None if timeout is None else float(timeout)
+        lc = self._lc = _comm.library_comm(comm)
+        lc.before_collective()
+        mine = {"collective": "RPSAverage", "n": self.n,
+                "dtype": self.dtype.str, "seed": self.seed,
+                "timeout": self.timeout, "traffic_class": traffic_class}
+        everyone, bad = _comm.disagreements(lc.ctl, mine)
+        if bad:
+            raise ScheduleError("RPSAverage created with different arguments "
+                                "on different ranks (" + "; ".join(
+                                    _comm.per_rank(everyone, k) for k in bad)
+                                + ")")
+        net = _network()
+        if net and net["drop_mode"] == "silent" and self.timeout is None:
+            raise ScheduleError("the emulated network drops silently: give "
+                                "RPSAverage a timeout, or a lost message "
+                                "would be waited for forever")
+        self.size, self.rank = lc.size, lc.rank
+        P = self.size
+        self.counts = [self.n // P + (1 if i < self.n % P else 0)
+                       for i in range(P)]
+        self.offsets = np.concatenate([[0], np.cumsum(self.counts)]).astype(int)
+        self.width = max(self.counts) if self.n else 0
+        self._tag0 = lc.tags.block(2, "RPS average")
+        lc.acquire()
+        self._round, self._closed = 0, False
+        self.totals = {"rounds": 0, "averaged_over": 0, "received": 0}
+        self._sched = self._build() if P > 1 and self.n else None
+        _open.append(self)
+
+    # -- the schedule ---------------------------------------------------
+    def _build(self):
+        P, r, b, tag = self.size, self.rank, self.width, self._tag0
+        self._work = np.zeros(P * b, self.dtype)
+        s = Schedule(self._lc.comm)
+        work = s.buffer(self._work, name="work")
+        rs = s.buffer(np.zeros(P * b, self.dtype), name="rs_in")
+        ag = s.buffer(np.zeros(P * b, self.dtype), name="ag_in")
+        mine = work[r * b:(r + 1) * b]
+        t_rs = None if self.timeout is None else self.timeout
+        t_ag = None if self.timeout is None else 2 * self.timeout
+        sent, recvs, reds = {}, [], []
+        for q in range(P):                       # reduce-scatter
+            if q == r:
+                continue
+            sent[q] = s.send(work[q * b:(q + 1) * b], q, tag=tag,
+                             traffic_class=self.tclass)
+            rv = s.recv(rs[q * b:(q + 1) * b], q, tag=tag, timeout=t_rs,
+                        traffic_class=self.tclass)
+            recvs.append(rv)
+            reds.append(s.reduce(mine, rs[q * b:(q + 1) * b], OPS["SUM"],
+                                 after=[rv]))
+        self._rs_join = s.nop(after=recvs)
+        avg = s.scale(mine, count_of=self._rs_join, add=1,
+                      after=reds + [self._rs_join])
+        got = []
+        for q in range(P):                       # allgather
+            if q == r:
+                continue
+            s.send(mine, q, tag=tag + 1, after=[avg],
+                   traffic_class=self.tclass)
+            rv = s.recv(ag[q * b:(q + 1) * b], q, tag=tag + 1, timeout=t_ag,
+                        traffic_class=self.tclass)
+            got.append(rv)
+            s.copy(work[q * b:(q + 1) * b], ag[q * b:(q + 1) * b],
+                   after=[rv, sent[q]])
+        self._ag_join = s.nop(after=got)
+        s.commit()
+        return s
+
+    def owners(self, rnd):
+        """owners[j]: the rank that averages block j in call ``rnd`` (a
+        permutation drawn from (seed, rnd), the same on every rank)."""
+        return np.random.default_rng([self.seed, rnd]).permutation(self.size)
+
+    # -- calls ----------------------------------------------------------
+    def __call__(self, x):
+        """Average ``x`` (a float array of the object's size) in place over
+        the ranks; returns an :class:`RPSRound`."""
+        if self._closed:
+            raise ScheduleError("this RPSAverage is closed")
+        flat = _flat(x, self.n, self.dtype)
+        owners = self.owners(self._round)
+        info = RPSRound(self._round, owners, 1, 0, 0)
+        if self._sched is not None:
+            self._lc.before_collective()
+            b, work, off = self.width, self._work, self.offsets
+            for j, q in enumerate(owners):       # block j -> slot owner(j)
+                c = self.counts[j]
+                work[q * b:q * b + c] = flat[off[j]:off[j + 1]]
+                work[q * b + c:(q + 1) * b] = 0
+            self._sched.post().wait()
+            for j, q in enumerate(owners):
+                flat[off[j]:off[j + 1]] = work[q * b:q * b + self.counts[j]]
+            out = self._sched.outcomes()
+            info.averaged_over = int(out.delivered[self._rs_join]) + 1
+            info.received = int(out.delivered[self._ag_join])
+            info.kept = self.size - 1 - info.received
+        self._round += 1
+        for k in self.totals:
+            self.totals[k] += 1 if k == "rounds" else getattr(info, k)
+        return info
+
+    def stats(self):
+        """Totals over the calls: rounds, blocks averaged over, averaged
+        blocks received, and the delivered shares."""
+        t, P = dict(self.totals), self.size
+        n = max(t["rounds"], 1)
+        t["rs_delivered_share"] = (t["averaged_over"] - n) / (n * (P - 1)) \
+            if P > 1 else 1.0
+        t["ag_delivered_share"] = t["received"] / (n * (P - 1)) \
+            if P > 1 else 1.0
+        return t
+
+    def close(self):
+        """Collective: wait until every rank's messages were taken (a late
+        one by its discard receive), then free.  Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        _open.remove(self)
+        lc = self._lc
+        if self._sched is not None:
+            import time
+            req, pause = lc.ctl.Ibarrier(), 1e-4
+            while self._sched.sends_left or not req.Test():
+                time.sleep(pause)        # the progress thread drains
+                pause = min(2 * pause, 0.01)
+            self._sched.free()
+        lc.tags.give_back(self._tag0, 2)
+        lc.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _flat(x, n, dtype):
+    if not isinstance(x, np.ndarray) or not x.flags.c_contiguous:
+        raise ScheduleError("RPSAverage needs a C-contiguous NumPy array")
+    if x.size != n or x.dtype != dtype:
+        raise ScheduleError(f"got {x.dtype}[{x.size}], this RPSAverage "
+                            f"takes {dtype}[{n}]")
+    if not x.flags.writeable:
+        raise ScheduleError("the array is read-only (RPSAverage averages in "
+                            "place)")
+    return x.reshape(-1)
+
+
+def _network():
+    from .. import network
+    return network.current()
+
+
+@_comm.register("at_exit")
+def _close_all():
+    """Exit: close what is still open, in creation order on every rank."""
+    for obj in list(_open):
+        try:
+            obj.close()
+        except Exception:
+            log.exception("closing an RPSAverage at exit failed")
