@@ -55,7 +55,7 @@ typedef struct {
     netem_shm *S;
     size_t shm_size;
     int me, P;
-    struct { nsend *head, *tail; int in_shm; } *out;
+    struct { nsend *head, *tail; int in_shm; } *out;   /* by dst, level */
     uint64_t next_id, *counter;     /* [dst * NCLASS + class] */
     int queued;                     /* sends not yet handed to MPI */
     nsend **heap;                   /* waiting for their delivery time */
@@ -78,8 +78,8 @@ static void shm_lock(netem *N)
 
 static int attach(netem *N, char *err, int errlen)
 {
-    size_t size = sizeof(netem_shm) +
-                  (size_t)N->P * N->P * sizeof(netem_chan);
+    size_t size = sizeof(netem_shm) + (size_t)N->P * N->P * NETEM_NLEVEL *
+                                          sizeof(netem_chan);
     int fd = shm_open(N->cfg.shm, O_RDWR | O_CREAT | O_EXCL, 0600);
     int creator = fd >= 0;
     if (!creator && errno == EEXIST)
@@ -159,12 +159,19 @@ static void detach(netem *N)
 /* ---- sends */
 static int channel_push(netem *N, nsend *x)
 {
-    netem_chan *ch = &N->S->ch[N->me * N->P + x->m.wpeer];
+    int level = netem_level(&N->cfg, x->m.tclass);
+    netem_chan *ch = &N->S->ch[netem_chan_at(N->P, N->me, x->m.wpeer, level)];
     if (ch->n >= NETEM_QCAP)
         return 0;
+    int64_t bytes = x->m.bytes > 0 ? x->m.bytes : 0;
+    if (level == 1 && isfinite(N->cfg.low_buffer) && !x->lost &&
+        netem_low_backlog(&N->cfg, N->S, N->me) + (double)bytes >
+            N->cfg.low_buffer) {
+        x->lost = 1;                     /* tail drop: it never goes on */
+        bytes = 0;                       /* the wire */
+    }
     netem_ent *e = &ch->e[(ch->head + ch->n) % NETEM_QCAP];
-    *e = (netem_ent){x->m.bytes > 0 ? x->m.bytes : 0, x->id, 0, 0, 0,
-                     ENT_QUEUED};
+    *e = (netem_ent){bytes, x->id, 0, 0, 0, ENT_QUEUED};
     if (ch->cur == ch->n) {              /* the channel is idle: go now */
         e->state = ENT_WIRE;
         e->t_start = N->S->t_model;
@@ -221,11 +228,12 @@ static int sync_model(netem *N, double now)
     int moved = 0;
     shm_lock(N);
     netem_advance(&N->cfg, N->S, now);
-    for (int d = 0; d < N->P; d++) {
-        netem_chan *ch = &N->S->ch[N->me * N->P + d];
+    for (int x_ = 0; x_ < N->P * NETEM_NLEVEL; x_++) {
+        int d = x_ / NETEM_NLEVEL, lv = x_ % NETEM_NLEVEL;
+        netem_chan *ch = &N->S->ch[netem_chan_at(N->P, N->me, d, lv)];
         while (ch->n > 0 && ch->e[ch->head].state == ENT_DONE) {
             netem_ent *e = &ch->e[ch->head];
-            nsend *x = N->out[d].head;
+            nsend *x = N->out[x_].head;
             if (x && x->id == e->id) {
                 x->t_start = e->t_start;
                 x->t_end = e->t_end;
@@ -238,18 +246,18 @@ static int sync_model(netem *N, double now)
             ch->cur--;
             if (!x || x->id != e->id)
                 continue;                 /* cannot happen: FIFO both */
-            N->out[d].head = x->next;
+            N->out[x_].head = x->next;
             if (!x->next)
-                N->out[d].tail = NULL;
-            N->out[d].in_shm--;
+                N->out[x_].tail = NULL;
+            N->out[x_].in_shm--;
             moved++;
         }
         /* waiting sends take free places, in order */
-        nsend *x = N->out[d].head;
-        for (int k = 0; x && k < N->out[d].in_shm; k++)
+        nsend *x = N->out[x_].head;
+        for (int k = 0; x && k < N->out[x_].in_shm; k++)
             x = x->next;
         for (; x && channel_push(N, x); x = x->next)
-            N->out[d].in_shm++;
+            N->out[x_].in_shm++;
     }
     N->next_finish = netem_next_finish(&N->cfg, N->S, N->me);
     pthread_mutex_unlock(&N->S->mtx);
@@ -295,11 +303,12 @@ static int netem_start(pc_transport *tp, const pc_msg *m, int64_t *handle)
     if (cls >= 0 && cls < NETEM_NCLASS)
         x->lost = netem_lost(&N->cfg, N->me, m->wpeer, cls,
                              N->counter[m->wpeer * NETEM_NCLASS + cls]++);
-    if (N->out[m->wpeer].tail)
-        N->out[m->wpeer].tail->next = x;
+    int q = m->wpeer * NETEM_NLEVEL + netem_level(&N->cfg, cls);
+    if (N->out[q].tail)
+        N->out[q].tail->next = x;
     else
-        N->out[m->wpeer].head = x;
-    N->out[m->wpeer].tail = x;
+        N->out[q].head = x;
+    N->out[q].tail = x;
     N->queued++;
     sync_model(N, pc_now());
     if (handle)
@@ -444,7 +453,7 @@ static void netem_shutdown(pc_transport *tp)
     if (current == N)
         current = NULL;
     detach(N);
-    for (int d = 0; N->out && d < N->P; d++)
+    for (int d = 0; N->out && d < N->P * NETEM_NLEVEL; d++)
         for (nsend *x = N->out[d].head, *nx; x; x = nx) {
             nx = x->next;
             free(x);
@@ -495,7 +504,7 @@ pc_transport *pc_netem_create(pc_transport *wire, const char *config,
                  "MPI_COMM_WORLD has %d", N->cfg.P, N->P);
         goto fail;
     }
-    N->out = calloc(N->P, sizeof(*N->out));
+    N->out = calloc((size_t)N->P * NETEM_NLEVEL, sizeof(*N->out));
     N->counter = calloc((size_t)N->P * NETEM_NCLASS, sizeof(uint64_t));
     if (!N->out || !N->counter) {
         snprintf(err, errlen, "out of memory");

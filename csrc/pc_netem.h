@@ -18,7 +18,14 @@
  *     class, message number): the same messages are lost in every run.  A
  *     lost message still uses the wire; the receiver is told (mode "told")
  *     or not ("silent": its receive must time out).  Class -1 (the control
- *     channel of round-stamped messages) is never dropped.
+ *     channel of round-stamped messages) is never dropped;
+ *   - two priority levels: each traffic class is "high" (the default) or
+ *     "low"; a channel is FIFO per level, and flows share a NIC by weight
+ *     (weighted max-min: a high flow gets `weight` times a low one's share;
+ *     a very large weight is strict priority).  A sender's NIC holds at
+ *     most `low_buffer` bytes of low-priority data waiting or on the wire: a
+ *     low message that does not fit is dropped at once (tail drop, it never
+ *     uses the wire), told or silent as above.
  * Not modelled: switch buffers and queueing inside the network, congestion
  * control, multiple hosts.
  *
@@ -32,8 +39,18 @@
 #include <pthread.h>
 #include <stdint.h>
 
-enum { NETEM_QCAP = 256, NETEM_NCLASS = 16, NETEM_MAXRANKS = 256 };
+enum { NETEM_QCAP = 256, NETEM_NCLASS = 16, NETEM_MAXRANKS = 256,
+       NETEM_NLEVEL = 2 };
 enum { NIC_OUT = 0, NIC_IN = 1 };
+
+/* channels: one FIFO per (src, dst, priority level) */
+static inline int netem_chan_at(int P, int src, int dst, int level)
+{
+    return (src * P + dst) * NETEM_NLEVEL + level;
+}
+static inline int netem_chan_src(int P, int x) { return x / (P * NETEM_NLEVEL); }
+static inline int netem_chan_dst(int P, int x) { return (x / NETEM_NLEVEL) % P; }
+static inline int netem_chan_level(int x) { return x % NETEM_NLEVEL; }
 
 typedef struct {
     int nranks;                 /* ranks covered */
@@ -59,6 +76,9 @@ typedef struct {
     double *out_rate, *in_rate; /* base rates, bytes/s (INFINITY: none) */
     double latency_default, *latency;   /* P*P, NAN: default */
     double drop_class[NETEM_NCLASS];
+    int class_level[NETEM_NCLASS];      /* 0: high (default), 1: low */
+    double weight[NETEM_NLEVEL];        /* NIC share per level (1, 1) */
+    double low_buffer;                  /* bytes (INFINITY: no limit) */
     netem_drop *drops;
     int ndrops;
     netem_trace *traces;
@@ -89,7 +109,7 @@ typedef struct {
     int P;
     double t0;                  /* the network's time zero */
     double t_model;             /* the model is advanced up to here */
-    netem_chan ch[];            /* P * P, [src * P + dst] */
+    netem_chan ch[];            /* P * P * NLEVEL, see netem_chan_at() */
 } netem_shm;
 
 int netem_parse(netem_config *c, const char *text, char *err, int errlen);
@@ -98,6 +118,9 @@ double netem_latency(const netem_config *c, int src, int dst);
 double netem_drop_p(const netem_config *c, int src, int dst, int tclass);
 int netem_lost(const netem_config *c, int src, int dst, int tclass,
                uint64_t k);
+int netem_level(const netem_config *c, int tclass);
+/* bytes of low-priority data rank src's NIC holds (mutex held) */
+double netem_low_backlog(const netem_config *c, netem_shm *S, int src);
 /* advance the fluid model to `now` (mutex held) */
 void netem_advance(const netem_config *c, netem_shm *S, double now);
 /* when the first of src's messages on the wire would finish at the

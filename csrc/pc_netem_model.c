@@ -89,6 +89,8 @@ int netem_parse(netem_config *c, const char *text, char *err, int errlen)
 {
     memset(c, 0, sizeof(*c));
     c->tick = 1e-3;
+    c->weight[0] = c->weight[1] = 1.0;
+    c->low_buffer = INFINITY;
     char *buf = strdup(text), *save = NULL;
     int line = 0, rc = 0;
     if (!buf)
@@ -112,6 +114,20 @@ int netem_parse(netem_config *c, const char *text, char *err, int errlen)
                 c->out_rate[k] = c->in_rate[k] = INFINITY;
             for (int k = 0; rc == 0 && k < c->P * c->P; k++)
                 c->latency[k] = NAN;
+        } else if (!strcmp(key, "level")) {
+            int k, lv;
+            if (sscanf(rest, "%d %d", &k, &lv) != 2 || k < 0 ||
+                k >= NETEM_NCLASS || lv < 0 || lv >= NETEM_NLEVEL)
+                rc = bad(err, errlen, "level <class> <0|1>", line);
+            else
+                c->class_level[k] = lv;
+        } else if (!strcmp(key, "weights")) {
+            if (sscanf(rest, "%lf %lf", &c->weight[0], &c->weight[1]) != 2 ||
+                !(c->weight[0] > 0) || !(c->weight[1] > 0))
+                rc = bad(err, errlen, "weights <high> <low>", line);
+        } else if (!strcmp(key, "low_buffer")) {
+            double b = atof(rest);
+            c->low_buffer = b < 0 ? INFINITY : b;
         } else if (!c->P && strcmp(key, "shm") && strcmp(key, "seed") &&
                    strcmp(key, "mode") && strcmp(key, "tick")) {
             rc = bad(err, errlen, "'ranks' must come first", line);
@@ -224,6 +240,24 @@ int netem_lost(const netem_config *c, int src, int dst, int tclass,
                             (uint64_t)dst, (uint64_t)tclass, k) < p;
 }
 
+int netem_level(const netem_config *c, int tclass)
+{
+    return tclass >= 0 && tclass < NETEM_NCLASS ? c->class_level[tclass] : 0;
+}
+
+double netem_low_backlog(const netem_config *c, netem_shm *S, int src)
+{
+    double b = 0;
+    for (int d = 0; d < c->P; d++) {
+        netem_chan *ch = &S->ch[netem_chan_at(c->P, src, d, 1)];
+        for (uint32_t k = ch->cur; k < ch->n; k++) {
+            netem_ent *e = &ch->e[(ch->head + k) % NETEM_QCAP];
+            b += e->state == ENT_WIRE ? e->left : (double)e->bytes;
+        }
+    }
+    return b;
+}
+
 double netem_rate(const netem_config *c, double t0, int rank, int nic,
                   double t)
 {
@@ -289,13 +323,14 @@ static int scratch(int n)
     return 0;
 }
 
-/* Max-min fair rates of the flows on the wire (progressive filling). */
+/* Weighted max-min fair rates of the flows on the wire (progressive
+ * filling: every unfrozen flow's rate grows with its level's weight until
+ * a NIC it uses is full; those flows freeze at that rate). */
 static void fair_rates(const netem_config *c, netem_shm *S, double t,
                        const int *flow, int nf, double *rate)
 {
     int P = c->P;
-    double cap[2 * NETEM_MAXRANKS];
-    int users[2 * NETEM_MAXRANKS];
+    double cap[2 * NETEM_MAXRANKS], wsum[2 * NETEM_MAXRANKS];
     char *fz = frozen_buf;
     memset(fz, 0, nf);
     for (int r = 0; r < P; r++) {
@@ -303,29 +338,30 @@ static void fair_rates(const netem_config *c, netem_shm *S, double t,
         cap[P + r] = netem_rate(c, S->t0, r, NIC_IN, t);
     }
     for (int left = nf; left > 0;) {
-        memset(users, 0, sizeof(int) * 2 * P);
+        memset(wsum, 0, sizeof(double) * 2 * P);
         for (int f = 0; f < nf; f++)
             if (!fz[f]) {
-                users[flow[f] / P]++;
-                users[P + flow[f] % P]++;
+                double w = c->weight[netem_chan_level(flow[f])];
+                wsum[netem_chan_src(P, flow[f])] += w;
+                wsum[P + netem_chan_dst(P, flow[f])] += w;
             }
         int best = -1;
-        double share = INFINITY;
+        double share = INFINITY;             /* rate per unit of weight */
         for (int x = 0; x < 2 * P; x++)
-            if (users[x] && cap[x] / users[x] < share) {
-                share = cap[x] / users[x];
+            if (wsum[x] > 0 && cap[x] / wsum[x] < share) {
+                share = cap[x] / wsum[x];
                 best = x;
             }
         for (int f = 0; f < nf; f++) {
-            int o = flow[f] / P, i = P + flow[f] % P;
+            int o = netem_chan_src(P, flow[f]), i = P + netem_chan_dst(P, flow[f]);
             if (fz[f] || (best >= 0 && o != best && i != best))
                 continue;
-            rate[f] = share;             /* INFINITY when nothing limits */
+            rate[f] = share * c->weight[netem_chan_level(flow[f])];
             fz[f] = 1;
             left--;
-            if (isfinite(share)) {
-                cap[o] = fmax(cap[o] - share, 0);
-                cap[i] = fmax(cap[i] - share, 0);
+            if (isfinite(rate[f])) {
+                cap[o] = fmax(cap[o] - rate[f], 0);
+                cap[i] = fmax(cap[i] - rate[f], 0);
             }
         }
     }
@@ -339,8 +375,8 @@ static netem_ent *head_of(netem_chan *ch)
 
 void netem_advance(const netem_config *c, netem_shm *S, double now)
 {
-    int P = c->P, nf;
-    if (scratch(P * P) < 0)
+    int P = c->P, nf, nch = P * P * NETEM_NLEVEL;
+    if (scratch(nch) < 0)
         return;                /* no memory: the model waits (never wrong) */
     int *flow = flow_buf;
     double *rate = rate_buf;
@@ -349,7 +385,7 @@ void netem_advance(const netem_config *c, netem_shm *S, double now)
         if (now <= t)
             return;
         nf = 0;
-        for (int x = 0; x < P * P; x++)
+        for (int x = 0; x < nch; x++)
             if (head_of(&S->ch[x]))
                 flow[nf++] = x;
         if (!nf) {
@@ -392,15 +428,15 @@ void netem_advance(const netem_config *c, netem_shm *S, double now)
 
 double netem_next_finish(const netem_config *c, netem_shm *S, int src)
 {
-    int P = c->P, nf = 0, mine = -1;
+    int P = c->P, nf = 0, mine = -1, nch = P * P * NETEM_NLEVEL;
     double best = INFINITY;
-    if (scratch(P * P) < 0)
+    if (scratch(nch) < 0)
         return INFINITY;
     int *flow = flow_buf;
     double *rate = rate_buf;
-    for (int x = 0; x < P * P; x++)
+    for (int x = 0; x < nch; x++)
         if (head_of(&S->ch[x])) {
-            if (x / P == src && mine < 0)
+            if (netem_chan_src(P, x) == src && mine < 0)
                 mine = nf;
             flow[nf++] = x;
         }
@@ -408,7 +444,7 @@ double netem_next_finish(const netem_config *c, netem_shm *S, int src)
         return INFINITY;
     fair_rates(c, S, S->t_model, flow, nf, rate);
     for (int f = 0; f < nf; f++)
-        if (flow[f] / P == src && rate[f] > 0) {
+        if (netem_chan_src(P, flow[f]) == src && rate[f] > 0) {
             double tf = S->t_model + head_of(&S->ch[flow[f]])->left / rate[f];
             if (tf < best)
                 best = tf;

@@ -29,6 +29,10 @@ Describe it in TOML (rates: ``"10 MB/s"``, ``"2.5 MiB/s"``, ``"1 Gb/s"``
     drop = 0.05
     [class.1]                    # per traffic class (Schedule.send(traffic_class=1))
     drop = 0.1
+    priority = "low"             # "high" (default) or "low"
+    [priority]                   # how the two levels share a NIC
+    weight = 8                   # a high flow gets 8x a low one (or "strict")
+    low_buffer = "64 KB"         # low data a sender's NIC holds; beyond: dropped
     [[trace]]                    # a new rate every `every`, per NIC
     ranks = "all"                # or a list
     nic = "both"                 # "out", "in" or "both" (drawn independently)
@@ -40,6 +44,13 @@ and use it with ``PARTIALCOLL_NETWORK=net.toml`` (read when partialcoll is
 imported: every rank of the job then shares one network) or
 ``partialcoll.network.enable("net.toml")`` (collective over
 ``MPI.COMM_WORLD``, before any message is in flight).
+
+Priority: every class is "high" (default) or "low"; a pair's channel is
+FIFO per level, flows share NICs by weight (weighted max-min: a high flow
+gets ``weight`` times the share of a low one; "strict" is a weight of
+10^6), and a sender's NIC holds at most ``low_buffer`` bytes of low-priority
+data waiting or on the wire: a low message that does not fit is dropped at
+once (tail drop; told or silent as other drops).
 
 A drop probability applies to (src, dst, class) from the most specific
 entry: a ``[[pair]]`` with that class, a ``[[pair]]`` without one, the
@@ -100,6 +111,21 @@ def seconds(value, what="time"):
                                 "'1 ms', '250 us' or '2 s')")
         v = float(m.group(1)) * _TIMES[m.group(2)]
     if not 0 <= v < 1e6:
+        raise ScheduleError(f"{what} must be >= 0, got {value!r}")
+    return v
+
+
+def _bytes(value, what="[priority] low_buffer"):
+    """Bytes from '64 KB', '1 MiB' or a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        v = float(value)
+    else:
+        m = re.fullmatch(r"([0-9.eE+-]+)\s*([kKmMgG]i?)?[bB]", str(value).strip())
+        if not m:
+            raise ScheduleError(f"{what}: cannot read {value!r} (write e.g. "
+                                "'64 KB' or '1 MiB')")
+        v = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+    if not v >= 0:
         raise ScheduleError(f"{what} must be >= 0, got {value!r}")
     return v
 
@@ -165,7 +191,7 @@ def normalise(cfg, nranks):
         raise ScheduleError("a network description is a dict or a TOML file")
     P = nranks
     _check_keys(cfg, {"seed", "drop_mode", "tick", "default", "rank", "pair",
-                      "class", "trace"}, "network")
+                      "class", "trace", "priority"}, "network")
     default = cfg.get("default", {})
     _check_keys(default, _KEYS, "[default]")
     mode = cfg.get("drop_mode", "told")
@@ -184,12 +210,27 @@ def normalise(cfg, nranks):
     for key in cfg.get("rank", {}):
         if not key.isdigit() or int(key) >= P:
             raise ScheduleError(f"[rank.{key}]: not a rank of 0..{P - 1}")
-    classes = {}
+    classes, levels = {}, {}
     for key, t in cfg.get("class", {}).items():
         if not key.isdigit() or int(key) >= 16:
             raise ScheduleError(f"[class.{key}]: classes are 0..15")
-        _check_keys(t, {"drop"}, f"[class.{key}]")
-        classes[int(key)] = _probability(t.get("drop", 0), f"[class.{key}] drop")
+        _check_keys(t, {"drop", "priority"}, f"[class.{key}]")
+        if "drop" in t:
+            classes[int(key)] = _probability(t["drop"], f"[class.{key}] drop")
+        level = {"high": 0, "low": 1}.get(t.get("priority", "high"))
+        if level is None:
+            raise ScheduleError(f"[class.{key}] priority must be 'high' or "
+                                "'low'")
+        levels[int(key)] = level
+    prio = cfg.get("priority", {})
+    _check_keys(prio, {"weight", "low_buffer"}, "[priority]")
+    weight = prio.get("weight", 1)
+    weight = 1e6 if weight == "strict" else weight
+    if not isinstance(weight, (int, float)) or not weight >= 1:
+        raise ScheduleError("[priority] weight must be a number >= 1 or "
+                            "'strict'")
+    buffer = prio.get("low_buffer", "unlimited")
+    buffer = math.inf if buffer == "unlimited" else _bytes(buffer)
     pairs = []
     for k, t in enumerate(cfg.get("pair", [])):
         where = f"[[pair]] #{k + 1}"
@@ -203,7 +244,8 @@ def normalise(cfg, nranks):
                           seconds(t["latency"], f"{where} latency"),
                           drop=None if "drop" not in t else
                           _probability(t["drop"], f"{where} drop")))
-    return dict(ranks=P, seed=seed, drop_mode=mode,
+    return dict(ranks=P, seed=seed, drop_mode=mode, levels=levels,
+                weight=float(weight), low_buffer=buffer,
                 tick=seconds(cfg.get("tick", 0.001), "tick"), nic=nic,
                 latency=seconds(default.get("latency", 0), "[default] latency"),
                 drop=_probability(default.get("drop", 0), "[default] drop"),
@@ -232,6 +274,11 @@ def _text(n, shm):
                      f"{-1 if math.isinf(i) else i!r}")
     for c in range(16):
         lines.append(f"drop_class {c} {n['classes'].get(c, n['drop'])!r}")
+    for c, level in n["levels"].items():
+        lines.append(f"level {c} {level}")
+    lines.append(f"weights {n['weight']!r} 1.0")
+    lines.append(f"low_buffer "
+                 f"{-1 if math.isinf(n['low_buffer']) else n['low_buffer']!r}")
     for p in n["pairs"]:
         if p["latency"] is not None:
             lines.append(f"latency {p['src']} {p['dst']} {p['latency']!r}")

@@ -198,3 +198,56 @@ def test_priority_orders_the_wire(net, cap):
         else:
             assert compared == 0 and max(waited) < 0.005, max(waited)
     s.free()
+
+
+@timing
+def test_priority_levels_share_a_nic_by_weight(net):
+    """A high and a low flow of 1.5 MB leave one 10 MB/s NIC together with
+    weight 3: high gets 7.5 MB/s (done at 0.2 s); low gets 2.5 MB/s, then
+    the whole NIC (done at 0.3 s)."""
+    comm = net({"default": {"out_rate": "10 MB/s"},
+                "class": {"1": {"priority": "low"}},
+                "priority": {"weight": 3}})
+    t0 = netcal.start_time(comm)
+    s = pc.Schedule(comm)
+    at = s.start_at(t0)
+    bufs = [np.zeros(1_500_000 // 8) for _ in range(2)]
+    for cls, b in enumerate(bufs):       # class 0 high, class 1 low
+        if RANK == 0:
+            s.send(s.buffer(b, writable=False), 1, tag=cls, after=[at],
+                   traffic_class=cls)
+        elif RANK == 1:
+            s.recv(s.buffer(b), 0, tag=cls, traffic_class=cls)
+    pc.timeline.clear()
+    pc.timeline.enable()
+    s.post().wait(timeout=30)
+    pc.timeline.disable()
+    if RANK == 1:
+        got = {e["tag"]: e["t"] - t0 for e in pc.timeline.events()
+               if e["ev"] == "delivered" and e["sched"] == s.serial}
+        assert got[0] == pytest.approx(0.2, rel=0.10), got
+        assert got[1] == pytest.approx(0.3, rel=0.10), got
+    s.free()
+
+
+def test_low_priority_buffer_tail_drops(net):
+    """Ten 30 KB low-priority messages at once into a 100 KB buffer: the
+    first three fit, the rest are dropped without using the wire."""
+    if P < 2:
+        pytest.skip("needs two ranks")
+    comm = net({"default": {"out_rate": "1 MB/s"},
+                "class": {"1": {"priority": "low"}},
+                "priority": {"low_buffer": "100 KB"}})
+    s = pc.Schedule(comm)
+    recvs = []
+    for k in range(10):
+        b = s.buffer(np.zeros(30_000 // 8))
+        if RANK == 0:
+            s.send(b, 1, tag=k, traffic_class=1)
+        elif RANK == 1:
+            recvs.append(s.recv(b, 0, tag=k, traffic_class=1))
+    s.post().wait(timeout=30)
+    if RANK == 1:
+        out = s.outcomes()
+        assert [out.name(r) for r in recvs] == ["ok"] * 3 + ["dropped"] * 7
+    s.free()
