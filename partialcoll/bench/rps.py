@@ -13,6 +13,10 @@ batches:
              (the paper's baseline: gradient averaging under drops)
   allreduce  reliable gradient averaging (partialcoll.allreduce), p = 0
 
+``--colocated`` runs the case study beyond the paper instead (RPS's
+learning traffic, low priority with a finite buffer, beside a
+latency-sensitive service): see :mod:`.rps_colocated`.
+
 The table reports, per p and algorithm, the final training loss of the
 averaged model (mean +- std over seeds), its gap to the reliable allreduce
 of the same seed, the spread of the worker models around their mean
@@ -46,6 +50,11 @@ def add_args(p):
     p.add_argument("--csv")
     p.add_argument("--json")
     p.add_argument("--plot", help="write a PNG of loss vs iterations")
+    p.add_argument("--colocated", action="store_true",
+                   help="the case study beyond the paper: RPS beside a "
+                        "latency-sensitive service (see rps_colocated.py)")
+    from . import rps_colocated
+    rps_colocated.add_args(p)
 
 
 def digits():
@@ -158,6 +167,9 @@ def mean_model(params, comm):
 
 
 def run(args, comm=MPI.COMM_WORLD):
+    if args.colocated:
+        from . import rps_colocated
+        return rps_colocated.run(args, comm)
     X, y = digits()
     drops = [float(v) for v in args.drops.split(",")]
     algos = args.algorithms.split(",")
