@@ -88,7 +88,7 @@ setup(
     long_description=open("README.md").read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=["partialcoll", "partialcoll.collectives", "partialcoll.eager",
-              "partialcoll.bench"],
+              "partialcoll.bench", "partialcoll.loadbalance"],
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExt},
     python_requires=">=3.9",

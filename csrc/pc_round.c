@@ -67,6 +67,7 @@ void pc_round_complete(pc_sched *s, int i, int oc)
     pc_op *op = &s->ops[i];
     op->state = OP_DONE;
     op->outcome = oc;
+    op->t_done = pc_now();
     s->touched = 1;
     if (!(op->flags & PC_F_OPTIONAL))
         s->required_left--;
@@ -410,6 +411,7 @@ static void finish_round(pc_sched *s)
     for (int i = 0; i < s->nops; i++) {
         s->last_outcome[i] = (uint8_t)s->ops[i].outcome;
         s->last_nok[i] = s->ops[i].nok;
+        s->last_t[i] = s->ops[i].outcome ? s->ops[i].t_done : 0.0;
     }
     s->last_round_ok = s->round;
     pthread_mutex_unlock(&s->fire_mtx);

@@ -36,6 +36,7 @@ from .collectives.partial import (MajorityAllreduce,  # noqa: E402
                                   majority_allreduce, quorum_allreduce,
                                   solo_allreduce)
 from .collectives.lossy_average import RPSAverage, RPSRound  # noqa: E402
+from .loadbalance.allreduce import LoadBalancedAllreduce  # noqa: E402
 from . import _comm  # noqa: E402,F401  (registers the exit handler)
 
 
@@ -84,4 +85,5 @@ __all__ = ["Schedule", "Slot", "Request", "ALL", "ANY", "Op", "as_op",
            "QuorumAllreduce", "PartialAllreduce", "PartialResult",
            "solo_allreduce", "majority_allreduce", "quorum_allreduce",
            "DeviceError", "gpu_path", "set_gpu_path", "now", "set_send_cap",
-           "engine_stats", "timeline", "network", "RPSAverage", "RPSRound"]
+           "engine_stats", "timeline", "network", "RPSAverage", "RPSRound",
+           "LoadBalancedAllreduce"]
