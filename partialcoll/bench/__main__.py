@@ -2,11 +2,11 @@
 partialcoll.bench``), run under mpiexec."""
 import sys
 
-from . import hyperplane, latency, lstm, netcal, overhead, rps, sweep
+from . import aware, hyperplane, latency, lstm, netcal, overhead, rps, sweep
 
 COMMANDS = {"latency": latency, "sweep": sweep, "overhead": overhead,
             "hyperplane": hyperplane, "lstm": lstm, "netcal": netcal,
-            "rps": rps}
+            "rps": rps, "aware": aware}
 
 
 def main(argv=None):
