@@ -247,6 +247,16 @@ def disagreements(comm, mine):
     return everyone, bad
 
 
+def require_same(lc, what, mine):
+    """Collective over lc.ctl: raise the same ScheduleError on every rank
+    unless ``mine`` (a dict of creation arguments) is equal everywhere."""
+    everyone, bad = disagreements(lc.ctl, mine)
+    if bad:
+        raise ScheduleError(f"{what} created with different arguments on "
+                            f"different ranks (" + "; ".join(
+                                per_rank(everyone, k) for k in bad) + ")")
+
+
 def per_rank(everyone, key):
     """'key: rank 0=..., rank 1=...' for an error message."""
     return f"{key}: " + ", ".join(f"rank {r}={d.get(key)!r}"

@@ -106,6 +106,16 @@ def run_scheme(scheme, args, comm, duration, slice_elems, accuracy=None):
     return rows
 
 
+def median_iteration(lb, x, iters, skip=2):
+    """Median seconds of `iters` calls, the first `skip` left out."""
+    times = []
+    for _ in range(iters):
+        t = pc.now()
+        lb(x)
+        times.append(pc.now() - t)
+    return float(np.median(times[skip:] or times))
+
+
 def sweep(args, comm):
     """Median iteration time per slice size, one fixed draw, aware."""
     out = []
@@ -117,14 +127,9 @@ def sweep(args, comm):
         cfg["trace"][0]["every"] = 1e5          # one draw for the sweep
         pc.network.enable(cfg)
         lb = pc.LoadBalancedAllreduce(x, scheme="aware", slice_elems=sl)
-        times = []
-        for _ in range(args.sweep_iters):
-            t = pc.now()
-            lb(x)
-            times.append(pc.now() - t)
+        out.append((sl, median_iteration(lb, x, args.sweep_iters)))
         lb.close()
         pc.network.disable()
-        out.append((sl, float(np.median(times[2:] or times))))
     return out
 
 
@@ -142,14 +147,9 @@ def overhead(args, comm):
                                       slice_elems=args.slice,
                                       measure=measure,
                                       num_probe=2 if measure else 0)
-        times = []
-        for _ in range(args.overhead_iters):
-            t = pc.now()
-            lb(x)
-            times.append(pc.now() - t)
+        res.append(median_iteration(lb, x, args.overhead_iters))
         lb.close()
         pc.network.disable()
-        res.append(float(np.median(times[2:])))
     return res
 
 

@@ -107,12 +107,7 @@ class LoadBalancedAllreduce:
                 "dtype": self.dtype.str, "scheme": scheme,
                 "slice": self.slice_elems, "probes": (num_probe, size_probe),
                 "measure": measure}
-        everyone, bad = _comm.disagreements(lc.ctl, mine)
-        if bad:
-            raise ScheduleError("LoadBalancedAllreduce created with different "
-                                "arguments on different ranks (" + "; ".join(
-                                    _comm.per_rank(everyone, k) for k in bad)
-                                + ")")
+        _comm.require_same(lc, "LoadBalancedAllreduce", mine)
         self.size, self.rank = lc.size, lc.rank
         N = self.size
         self.max_slices = N * num_probe + -(-self.n // self.slice_elems) + N
