@@ -48,7 +48,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import _comm
+from .. import _comm, _device
+from .._buffers import as_array
 from .._errors import ScheduleError
 from ..ops import OPS
 from ..schedule import Schedule
@@ -152,6 +153,7 @@ class Rounds:
             raise
         lc.created += 1
         self.id = lc.created              # the same on every rank
+        self.label = f"{self.name} #{self.id}"
         self._observed = 0                # rounds taken by this rank
         self._calls = 0
         self._epochs = 0                  # synchronous rounds done here
@@ -247,6 +249,17 @@ class Rounds:
         return s.nop(after=[self._trigger] + recvs, mode=1)
 
     # -- calls ----------------------------------------------------------
+    def take_buffer(self, sendbuf, what="sendbuf"):
+        """``sendbuf`` as a flat array where this object's buffers live,
+        checked against its dtype and size (raises if closed)."""
+        self.check_open()
+        x = flat(sendbuf, what, self.mem, self.device, self.name)
+        if x.dtype != self.dtype or x.size != self._pending.size:
+            raise ScheduleError(f"{what} is {x.dtype}[{x.size}], this "
+                                f"{self.name} takes {self.dtype}"
+                                f"{list(self.shape)}")
+        return x
+
     def start(self, x):
         """Contribute ``x`` (a flat array on the object's memory); returns a
         request whose ``wait()`` gives a :class:`Result`."""
@@ -555,10 +568,10 @@ def dropped(rounds):
     rounds.orphaned = True
     level = logging.DEBUG if _warned else logging.WARNING
     _warned = True
-    log.log(level, "a %s (object %d on its communicator) was dropped "
-            "without close(); it stays open, so the other ranks can still "
-            "use it, until interpreter exit. Call close() (collective) or "
-            "use it as a context manager.", rounds.name, rounds.id)
+    log.log(level, "%s was dropped without close(); it stays open, so the "
+            "other ranks can still use it, until a collective close: "
+            "pc.close_partials(comm) or interpreter exit. Call close() "
+            "(collective) or use it as a context manager.", rounds.label)
 
 
 @_comm.register("at_exit")
@@ -567,6 +580,14 @@ def quiesce_all():
     on all ranks), then free it."""
     for r in open_rounds():
         r.quiesce_and_free()
+
+
+def flat(buf, what, mem, device, owner):
+    """A 1-D view of `buf`, which must live where an object's buffers do."""
+    backend = _device.check_place(buf, mem, device, what,
+                                  f"this {owner}'s buffers")
+    return as_array(buf, what) if backend is None else \
+        _device.flat(backend, buf, what)
 
 
 def wait_for(req, longest=0.002):
