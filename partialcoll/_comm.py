@@ -32,6 +32,7 @@ communicator is freed, when a library communicator goes, and at exit.
 import atexit
 import logging
 import threading
+import time
 
 from mpi4py import MPI
 
@@ -254,6 +255,16 @@ def per_rank(everyone, key):
     """'key: rank 0=..., rank 1=...' for an error message."""
     return f"{key}: " + ", ".join(f"rank {r}={d.get(key)!r}"
                                   for r, d in enumerate(everyone))
+
+
+def wait_for(req, longest=0.002):
+    """Wait for an mpi4py request with Test() and a sleeping back-off (from
+    20 us, doubling, up to ``longest`` s): never a busy wait, for control
+    collectives that may wait long for a slow rank."""
+    delay = 20e-6
+    while not req.Test():
+        time.sleep(delay)
+        delay = min(2 * delay, longest)
 
 
 def _dup(comm):

@@ -43,13 +43,11 @@ vanished on one rank; it is logged once under the ``partialcoll`` logger.
 """
 import logging
 import secrets
-import time
 
 import numpy as np
 from mpi4py import MPI
 
 from .. import _comm, _device
-from .._buffers import as_array
 from .._errors import ScheduleError
 from ..ops import OPS
 from ..schedule import Schedule
@@ -253,7 +251,8 @@ class Rounds:
         """``sendbuf`` as a flat array where this object's buffers live,
         checked against its dtype and size (raises if closed)."""
         self.check_open()
-        x = flat(sendbuf, what, self.mem, self.device, self.name)
+        x = _device.flat_in_place(sendbuf, self.mem, self.device, what,
+                                  self.name)
         if x.dtype != self.dtype or x.size != self._pending.size:
             raise ScheduleError(f"{what} is {x.dtype}[{x.size}], this "
                                 f"{self.name} takes {self.dtype}"
@@ -363,7 +362,7 @@ class Rounds:
         self._sched.fire(self._bypass, round=entry)
         ids = np.array([self.id, -self.id], np.int64)
         seen = np.zeros(2, np.int64)
-        wait_for(ctl.Iallreduce(ids, seen, op=MPI.MAX), longest=0.001)
+        _comm.wait_for(ctl.Iallreduce(ids, seen, op=MPI.MAX), longest=0.001)
         if seen[0] != -seen[1]:
             raise ScheduleError(f"flush()/close() of different objects at "
                                 f"the same time on different ranks (object "
@@ -434,7 +433,7 @@ class Rounds:
             while True:
                 flag = np.array([1 if core.busy else 0], np.int64)
                 out = np.zeros(1, np.int64)
-                wait_for(self._lc.ctl.Iallreduce(flag, out, op=MPI.MAX))
+                _comm.wait_for(self._lc.ctl.Iallreduce(flag, out, op=MPI.MAX))
                 if out[0] == 0:
                     return
         finally:
@@ -580,20 +579,3 @@ def quiesce_all():
     on all ranks), then free it."""
     for r in open_rounds():
         r.quiesce_and_free()
-
-
-def flat(buf, what, mem, device, owner):
-    """A 1-D view of `buf`, which must live where an object's buffers do."""
-    backend = _device.check_place(buf, mem, device, what,
-                                  f"this {owner}'s buffers")
-    return as_array(buf, what) if backend is None else \
-        _device.flat(backend, buf, what)
-
-
-def wait_for(req, longest=0.002):
-    """Wait for an mpi4py request with Test() and a sleeping back-off
-    (from 20 us, doubling, up to ``longest`` s): never a busy wait."""
-    delay = 20e-6
-    while not req.Test():
-        time.sleep(delay)
-        delay = min(2 * delay, longest)

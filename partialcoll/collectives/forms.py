@@ -85,7 +85,7 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
     backend = _device.backend_of(sendbuf)
     mem = backend or _device.HOST
     device = backend and backend.device_id(sendbuf)
-    x = _rounds.flat(sendbuf, "sendbuf", mem, device, name)
+    x = _device.flat_in_place(sendbuf, mem, device, "sendbuf", name)
     shape = x.shape if backend is None and \
         not isinstance(sendbuf, np.ndarray) else sendbuf.shape
     op = as_op(op)
@@ -104,7 +104,7 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
     if form.held is not None:
         res, form.held = _merge(form.held, res, form.rounds._combine), None
     if recvbuf is not None:
-        out = _rounds.flat(recvbuf, "recvbuf", mem, device, name)
+        out = _device.flat_in_place(recvbuf, mem, device, "recvbuf", name)
         out[...] = res.data.reshape(-1)
         res.data = recvbuf
     return res
