@@ -32,6 +32,7 @@ communicator is freed, when a library communicator goes, and at exit.
 import atexit
 import logging
 import threading
+import time
 
 from mpi4py import MPI
 
@@ -49,8 +50,9 @@ _hooks = {"before_collective": [], "on_user_free": [], "on_release": [],
 
 
 def register(event, fn=None):
-    """Register ``fn`` for ``event``: ``"before_collective"`` (fn(lc), at the
-    start of every library collective on lc), ``"on_user_free"`` (fn(lc),
+    """Register ``fn`` for ``event``: ``"before_collective"`` (fn(lc, keep),
+    at the start of every library collective on lc; ``keep`` is the caller's
+    own token, see :meth:`LibraryComm.before_collective`), ``"on_user_free"`` (fn(lc),
     inside the collective MPI_Comm_free of lc's user communicator),
     ``"on_release"`` (fn(lc), just before lc's duplicates are freed) or
     ``"at_exit"`` (fn(), before the progress thread stops).  Hooks run in
@@ -110,10 +112,12 @@ class LibraryComm:
         for c in (self.comm, self.ctl):
             _free_dup(c)
 
-    def before_collective(self):
+    def before_collective(self, keep=None):
         """Call at the start of every library collective on this
-        communicator (runs the ``before_collective`` hooks)."""
-        _run_hooks("before_collective", self)
+        communicator: runs the ``before_collective`` hooks (function forms
+        flush there).  ``keep``: an opaque token the hooks pass over (a
+        function form's own signature)."""
+        _run_hooks("before_collective", self, keep)
 
     def tag_block(self, ntags):
         """The first tag of a block of ``ntags`` tags for the next one-shot
@@ -261,6 +265,16 @@ def per_rank(everyone, key):
     """'key: rank 0=..., rank 1=...' for an error message."""
     return f"{key}: " + ", ".join(f"rank {r}={d.get(key)!r}"
                                   for r, d in enumerate(everyone))
+
+
+def wait_for(req, longest=0.002):
+    """Wait for an mpi4py request with Test() and a sleeping back-off (from
+    20 us, doubling, up to ``longest`` s): never a busy wait, for control
+    collectives that may wait long for a slow rank."""
+    delay = 20e-6
+    while not req.Test():
+        time.sleep(delay)
+        delay = min(2 * delay, longest)
 
 
 def _dup(comm):

@@ -205,6 +205,7 @@ class EagerAverager:
             _pack(b, grads, self.specs, self.names, self._mem, self._device)
         self.steps += 1
         if self.mode in SYNC_MODES:
+            self._lc.before_collective()    # (sync: allreduce does it too)
             out = []
             for b in self._buckets:
                 if self.mode == "sync":
