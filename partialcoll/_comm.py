@@ -126,7 +126,8 @@ class LibraryComm:
 
 
 class TagSpace:
-    """The tags of one executor communicator, 0 .. MPI_TAG_UB.
+    """The tags of one executor communicator, 0 .. MPI_TAG_UB - 1 (the
+    executor keeps MPI_TAG_UB for its control channel).
 
     * The lower three quarters hold blocks for persistent objects: first
       fit, given back at close().  Exhausting them raises ScheduleError
@@ -139,7 +140,7 @@ class TagSpace:
     """
 
     def __init__(self, tag_ub, size):
-        total = tag_ub + 1
+        total = tag_ub                  # MPI_TAG_UB itself is reserved
         self.tag_ub, self.size = tag_ub, size
         self.one_shot_lo = total - total // 4
         self._free = [[0, self.one_shot_lo]]     # sorted [start, end)
@@ -161,8 +162,8 @@ class TagSpace:
         raise ScheduleError(
             f"out of MPI tags on this communicator: {self.blocks} open "
             f"objects hold {self.held} of the {self.one_shot_lo} tags set "
-            f"aside for persistent objects (three quarters of MPI_TAG_UB + 1 "
-            f"= {self.tag_ub + 1}), and a {what} at P = {self.size} needs "
+            f"aside for persistent objects (three quarters of MPI_TAG_UB "
+            f"= {self.tag_ub}), and a {what} at P = {self.size} needs "
             f"{ntags}; close() objects you no longer use")
 
     def give_back(self, base, ntags):
@@ -182,12 +183,12 @@ class TagSpace:
 
     def one_shot(self, ntags):
         """The first tag of the next rotating block of ``ntags`` tags."""
-        top = self.tag_ub + 1
+        top = self.tag_ub               # exclusive: MPI_TAG_UB is reserved
         if ntags > top - self.one_shot_lo:
-                raise ScheduleError(
+            raise ScheduleError(
                 f"a one-shot collective at P = {self.size} needs {ntags} "
                 f"tags, more than the {top - self.one_shot_lo} kept for them "
-                f"(a quarter of MPI_TAG_UB + 1 = {top})")
+                f"(a quarter of MPI_TAG_UB = {top})")
         if self._next + ntags > top:
             self._next = self.one_shot_lo
         base, self._next = self._next, self._next + ntags

@@ -79,6 +79,7 @@ def test_objects_share_two_duplicates_and_give_their_tags_back():
     assert _comm.live_duplicates() == before
 
 
+@pytest.mark.max_ranks(4)
 def test_create_and_close_in_sequence_stays_flat():
     """10,000 in sequence were checked by hand; here enough to see a leak of
     a communicator, a tag block or a few KiB per object."""

@@ -177,6 +177,7 @@ def test_bad_arguments():
         ar(np.zeros(4))
 
 
+@pytest.mark.max_ranks(4)
 def test_memory_flat_over_10000_rounds():
     import resource
     ar = pc.SoloAllreduce(np.zeros(64))
