@@ -367,22 +367,33 @@ out:
     return rc;
 }
 
+/* Room for one more (op, round) pair in two parallel arrays of capacity
+ * *cap holding n: doubles both (fire_mtx held).  PC_ENOMEM leaves them as
+ * they were, still valid. */
+static int grow_pairs(int **ops, uint64_t **rounds, int *cap, int n)
+{
+    if (n < *cap)
+        return PC_OK;
+    int c = *cap ? 2 * *cap : 8;
+    uint64_t *r = pc_realloc(*rounds, c * sizeof(uint64_t));
+    if (r)
+        *rounds = r;
+    int *o = pc_realloc(*ops, c * sizeof(int));
+    if (o)
+        *ops = o;
+    if (!r || !o)
+        return PC_ENOMEM;
+    *cap = c;
+    return PC_OK;
+}
+
 static int push_sfire(pc_sched *s, int op, uint64_t round)
 {
     pthread_mutex_lock(&s->fire_mtx);
-    if (s->nsfire == s->capsfire) {
-        int cap = s->capsfire ? 2 * s->capsfire : 8;
-        uint64_t *r = pc_realloc(s->sfire_round, cap * sizeof(uint64_t));
-        if (r)
-            s->sfire_round = r;
-        int *o = pc_realloc(s->sfire_op, cap * sizeof(int));
-        if (o)
-            s->sfire_op = o;
-        if (!r || !o) {
-            pthread_mutex_unlock(&s->fire_mtx);
-            return PC_ENOMEM;
-        }
-        s->capsfire = cap;
+    if (grow_pairs(&s->sfire_op, &s->sfire_round, &s->capsfire,
+                   s->nsfire) != PC_OK) {
+        pthread_mutex_unlock(&s->fire_mtx);
+        return PC_ENOMEM;
     }
     s->sfire_round[s->nsfire] = round;
     s->sfire_op[s->nsfire] = op;
@@ -410,21 +421,12 @@ int pc_engine_fire(pc_sched *s, int op, int64_t round)
 void pc_engine_gate_ready(pc_sched *s, int op)
 {
     pthread_mutex_lock(&s->fire_mtx);
-    if (s->ngate == s->capgate) {
-        int cap = s->capgate ? 2 * s->capgate : 8;
-        int *o = pc_realloc(s->gate_op, cap * sizeof(int));
-        if (o)
-            s->gate_op = o;
-        uint64_t *r = pc_realloc(s->gate_round, cap * sizeof(uint64_t));
-        if (r)
-            s->gate_round = r;
-        if (!o || !r) {
-            pthread_mutex_unlock(&s->fire_mtx);
-            pc_sched_set_error(s, PC_ENOMEM, "out of memory readying gate "
-                               "op %d", op);
-            return;
-        }
-        s->capgate = cap;
+    if (grow_pairs(&s->gate_op, &s->gate_round, &s->capgate,
+                   s->ngate) != PC_OK) {
+        pthread_mutex_unlock(&s->fire_mtx);
+        pc_sched_set_error(s, PC_ENOMEM, "out of memory readying gate "
+                           "op %d", op);
+        return;
     }
     s->gate_op[s->ngate] = op;
     s->gate_round[s->ngate++] = s->round;
