@@ -88,6 +88,7 @@ setup(
     long_description=open("README.md").read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=["partialcoll", "partialcoll.collectives", "partialcoll.eager",
+              "partialcoll.scheduling",
               "partialcoll.bench"],
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExt},
