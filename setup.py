@@ -100,6 +100,9 @@ setup(
         "test": ["pytest", "pytest-mpi", "matplotlib", "scikit-learn"],
         "bench": ["tqdm", "matplotlib", "scikit-learn"],
         "torch": ["torch"],
+        # TicTac's traced models (partialcoll.scheduling.graphs); pick the
+        # torchvision that matches your torch
+        "vision": ["torch", "torchvision"],
         # CuPy's binary wheels are per CUDA major version; pick yours
         "cuda": ["cupy-cuda12x"],
     },
