@@ -2,11 +2,12 @@
 partialcoll.bench``), run under mpiexec."""
 import sys
 
-from . import hyperplane, latency, lstm, netcal, overhead, rps, sweep
+from . import (hyperplane, latency, lstm, netcal, overhead, rps, sweep,
+               tictac)
 
 COMMANDS = {"latency": latency, "sweep": sweep, "overhead": overhead,
             "hyperplane": hyperplane, "lstm": lstm, "netcal": netcal,
-            "rps": rps}
+            "rps": rps, "tictac": tictac}
 
 
 def main(argv=None):
