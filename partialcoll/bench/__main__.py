@@ -3,11 +3,12 @@ partialcoll.bench``), run under mpiexec."""
 import sys
 
 from . import (hyperplane, latency, lstm, netcal, overhead, rps, sweep,
-               tictac)
+               tictac, tictac_allreduce)
 
 COMMANDS = {"latency": latency, "sweep": sweep, "overhead": overhead,
             "hyperplane": hyperplane, "lstm": lstm, "netcal": netcal,
-            "rps": rps, "tictac": tictac}
+            "rps": rps, "tictac": tictac,
+            "tictac-allreduce": tictac_allreduce}
 
 
 def main(argv=None):

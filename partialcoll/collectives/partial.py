@@ -26,7 +26,8 @@ class PartialAllreduce:
     """Base of the partial allreduce objects.
 
     Not thread-safe: call one object from one thread.  Creating, ``flush()``
-    and ``close()`` are collective over ``comm``.  Attributes: ``shape``,
+    and ``close()`` are collective over ``comm``.  ``priority``: of its
+    messages (see :func:`partialcoll.iallreduce`).  Attributes: ``shape``,
     ``dtype``, ``op``, ``comm``, ``size``, ``rank``, ``catch_up``,
     ``sync_every``, ``seed``, ``quorum``.
     """
@@ -34,7 +35,7 @@ class PartialAllreduce:
     kind = None
 
     def __init__(self, like, op=SUM, comm=None, catch_up=True, sync_every=None,
-                 *, quorum=None, seed=0, algorithm=None):
+                 *, quorum=None, seed=0, algorithm=None, priority=0):
         require_thread_multiple()
         backend = _device.backend_of(like)
         if backend is None:
@@ -49,6 +50,7 @@ class PartialAllreduce:
                 "catch_up": bool(catch_up), "seed": int(seed),
                 "sync_every": None if sync_every is None else int(sync_every),
                 "quorum": quorum, "mem": backend or _device.HOST,
+                "priority": int(priority),
                 "device": backend and backend.device_id(like)}
         self._rounds = _rounds.KINDS[self.kind](like.size, args, algorithm)
         for k in ("shape", "dtype", "op", "comm", "catch_up", "seed",
@@ -136,9 +138,9 @@ class QuorumAllreduce(PartialAllreduce):
     kind = "quorum"
 
     def __init__(self, like, quorum, op=SUM, comm=None, catch_up=True,
-                 sync_every=None, *, algorithm=None):
+                 sync_every=None, *, algorithm=None, priority=0):
         super().__init__(like, op, comm, catch_up, sync_every, quorum=quorum,
-                         algorithm=algorithm)
+                         algorithm=algorithm, priority=priority)
 
 
 def _flat(buf, what, mem, device, owner):

@@ -265,3 +265,26 @@ def scale_compute(graph, total):
         raise ValueError("the graph has no compute time to scale")
     f = total / c
     return graph.with_times(compute_time=lambda op: op.time * f)
+
+
+def parameter_priorities(module, example, method="tic", repeats=1,
+                         stream=True):
+    """{parameter name: number} from TicTac's planner on ``module`` traced
+    with ``example`` (one receive per parameter tensor): lower = needed
+    sooner by the forward pass.  ``method``: ``"tic"`` (graph only),
+    ``"tac"`` (op times; a receive costs its bytes / 1 GB/s: only the
+    ratio to compute matters) or ``"first_use"``.  For
+    :class:`partialcoll.torch.EagerOptimizer`'s ``priorities``: gradient
+    buckets of the first layers then leave first (ByteScheduler's
+    observation: the next forward pass needs them first)."""
+    from . import planner
+    g = trace(module, example, group="tensor", repeats=repeats, stream=stream)
+    if method == "tic":
+        numbers = planner.enforcement(planner.tic(g))
+    elif method == "tac":
+        numbers = planner.tac(g.with_times(recv_time=lambda op: op.nbytes / 1e9))
+    elif method == "first_use":
+        numbers = planner.first_use(g)
+    else:
+        raise ValueError("method must be 'tic', 'tac' or 'first_use'")
+    return {r.info["params"][0]: numbers[r.name] for r in g.recvs}
