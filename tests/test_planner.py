@@ -198,7 +198,7 @@ def test_tac_is_optimal_on_small_chains():
 
 def test_first_use_is_the_order_a_stream_needs():
     g = Graph()
-    a, b, c = g.recv("a"), g.recv("b"), g.recv("c")
+    a, _, c = g.recv("a"), g.recv("b"), g.recv("c")
     x = g.compute("x", 1.0, [c])
     y = g.compute("y", 1.0, [x, a])
     g.compute("z", 1.0, [y])

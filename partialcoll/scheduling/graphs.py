@@ -99,7 +99,8 @@ def _transformer_block():
         def __init__(self, d_model=512, heads=8, ff=2048):
             super().__init__()
             self.heads = heads
-            self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+            self.norm1 = nn.LayerNorm(d_model)
+            self.norm2 = nn.LayerNorm(d_model)
             self.q, self.k, self.v, self.out = (nn.Linear(d_model, d_model)
                                                 for _ in range(4))
             self.fc1, self.fc2 = nn.Linear(d_model, ff), nn.Linear(ff, d_model)
@@ -282,7 +283,8 @@ def parameter_priorities(module, example, method="tic", repeats=1,
     if method == "tic":
         numbers = planner.enforcement(planner.tic(g))
     elif method == "tac":
-        numbers = planner.tac(g.with_times(recv_time=lambda op: op.nbytes / 1e9))
+        numbers = planner.tac(
+            g.with_times(recv_time=lambda op: op.nbytes / 1e9))
     elif method == "first_use":
         numbers = planner.first_use(g)
     else:

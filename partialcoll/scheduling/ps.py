@@ -116,7 +116,8 @@ def _worker_schedule(comm, model, task, ps, bufs):
     trig = s.trigger()
     s.send(s.buffer(bufs["token"], writable=False), ps, tag=2 * n,
            after=[trig])
-    recvs = [s.recv(s.buffer(b), ps, tag=k) for k, b in enumerate(bufs["param"])]
+    recvs = [s.recv(s.buffer(b), ps, tag=k)
+             for k, b in enumerate(bufs["param"])]
     prev, fwd = None, []
     for t, reads in model.ops:
         prev = s.delay(t, after=[recvs[k] for k in reads] +
@@ -224,9 +225,8 @@ def run(comm, model, order_for, iterations, task="inference", ps=0,
     _timeline.clear()
     if rank != ps:
         return None
-    world = {comm.Get_rank(): MPI.COMM_WORLD.Get_rank()}
     return {"timeline": dict(events), "orders": orders,
-            "ps": world[rank], "world_of": _world_ranks(comm)}
+            "ps": MPI.COMM_WORLD.Get_rank(), "world_of": _world_ranks(comm)}
 
 
 def _world_ranks(comm):
