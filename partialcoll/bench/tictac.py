@@ -66,6 +66,10 @@ def add_args(p):
                    default="stream", help="graph the planner sees: with "
                    "program-order edges (what the worker runs) or data "
                    "dependencies only (the paper's DAG)")
+    p.add_argument("--send-cap", type=int, default=0,
+                   help="sends in flight per destination (0: no cap; the "
+                   "emulated channel already carries one message at a "
+                   "time; 1 also waits for each one's completion, as gRPC)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--csv")
     p.add_argument("--json")
@@ -144,6 +148,7 @@ def run_rho(args, comm, name, graph, task, rho, seed, trace=None):
     pc.network.enable(ps.links(rate, W, args.latency))
     c = MPI.COMM_WORLD.Dup()
     results = {}
+    pc.set_send_cap(args.send_cap)
     try:
         for method in args.methods.split(","):
             res = ps.run(c, model, orders[method], args.warmup + args.iters,
@@ -154,6 +159,7 @@ def run_rho(args, comm, name, graph, task, rho, seed, trace=None):
                 _write_trace(res, f"{trace}.{name}.{task}.{method}.json",
                              comm)
     finally:
+        pc.set_send_cap(0)
         c.Free()
         pc.network.disable()
     if comm.rank != 0:

@@ -19,7 +19,7 @@ from mpi4py import MPI
 from .. import _comm, _device
 from .._buffers import as_array
 from .._errors import ScheduleError
-from ..collectives.allreduce import iallreduce
+from ..collectives.allreduce import allreduce, iallreduce
 from ..collectives.partial import (MajorityAllreduce, QuorumAllreduce,
                                    SoloAllreduce)
 
@@ -424,8 +424,13 @@ def _by_priority(buckets):
 
 def _sync_buckets(buckets, mem, comm):
     """Every part of every bucket as a concurrent iallreduce at its
-    bucket's priority; returns one reduced buffer per bucket."""
+    bucket's priority; returns one reduced buffer per bucket.  A single
+    part takes the blocking allreduce (its cached fast path)."""
     out = [mem.empty(b.size, b.dtype) for b in buckets]
+    if len(buckets) == 1 and len(buckets[0].parts) == 1:
+        allreduce(buckets[0].send, out[0], comm=comm,
+                  priority=buckets[0].priority)
+        return out
     where = {id(b): r for b, r in zip(buckets, out)}
     reqs = [iallreduce(b.send[lo:hi], where[id(b)][lo:hi], comm=comm,
                        priority=b.priority)
