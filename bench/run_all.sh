@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces every figure in bench/RESULTS.md (about 15 minutes on 2 cores).
+# Reproduces every figure in bench/RESULTS.md (about 70 minutes on 2 cores).
 # Run from the repository root with partialcoll installed in the active env.
 set -euo pipefail
 mkdir -p bench/out
@@ -16,3 +16,12 @@ timeout 900 mpiexec -n 4 partialcoll-bench hyperplane --csv bench/out/hp4.csv --
 timeout 900 mpiexec -n 4 partialcoll-bench hyperplane --framework torch --delays 300 --modes sync,sync-mpi,solo,majority,2 --csv bench/out/hp4_torch.csv | tee bench/out/hp4_torch.txt
 timeout 900 mpiexec -n 2 partialcoll-bench lstm --batch 32 --epochs 4 --csv bench/out/lstm2.csv --json bench/out/lstm2.json --plot bench/lstm_np2.png | tee bench/out/lstm2.txt
 timeout 900 mpiexec -n 4 partialcoll-bench lstm --batch 64 --epochs 4 --csv bench/out/lstm4.csv --json bench/out/lstm4.json --plot bench/out/lstm_np4.png | tee bench/out/lstm4.txt
+# network model (issue 11): calibration of the emulated network
+timeout 600 mpiexec -n 3 partialcoll-bench netcal --csv bench/out/netcal_np3.csv | tee bench/out/netcal_np3.txt
+# RPS (issue 16): training over lossy links, n = 4 and 8, three seeds, and
+# the colocated-service case study
+timeout 1200 mpiexec -n 4 partialcoll-bench rps --csv bench/out/rps4.csv --plot bench/rps_np4.png | tee bench/out/rps4.txt
+timeout 1800 mpiexec -n 8 partialcoll-bench rps --csv bench/out/rps8.csv --plot bench/rps_np8.png | tee bench/out/rps8.txt
+timeout 1800 mpiexec -n 4 partialcoll-bench rps --colocated --iters 300 --hidden 128 --csv bench/out/rps_colocated4.csv | tee bench/out/rps_colocated4.txt
+# network-aware PS load distribution (issue 17), 8 ranks
+timeout 1800 mpiexec -n 8 partialcoll-bench aware --csv bench/out/aware8.csv --plot bench/aware_np8.png | tee bench/out/aware8.txt

@@ -3,7 +3,8 @@
 #include "pc_module.h"
 
 /* outcomes() -> (round, outcome bytes, delivered-input counts as int32
- * bytes) of the last completed round (round -1: none yet). */
+ * bytes, completion times as float64 bytes) of the last completed round
+ * (round -1: none yet). */
 PyObject *pc_sched_outcomes(SchedObject *self, PyObject *unused)
 {
     (void)unused;
@@ -12,16 +13,19 @@ PyObject *pc_sched_outcomes(SchedObject *self, PyObject *unused)
     pc_sched *s = self->s;
     PyObject *oc = PyBytes_FromStringAndSize(NULL, s->nops);
     PyObject *nok = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s->nops * 4);
-    if (!oc || !nok) {
+    PyObject *t = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s->nops * 8);
+    if (!oc || !nok || !t) {
         Py_XDECREF(oc);
         Py_XDECREF(nok);
+        Py_XDECREF(t);
         return NULL;
     }
     uint64_t round;
     pc_sched_last_outcomes(s, (uint8_t *)PyBytes_AS_STRING(oc),
-                           (int *)PyBytes_AS_STRING(nok), &round);
+                           (int *)PyBytes_AS_STRING(nok),
+                           (double *)PyBytes_AS_STRING(t), &round);
     long long r = atomic_load(&s->done) ? (long long)round : -1;
-    return Py_BuildValue("(LNN)", r, oc, nok);
+    return Py_BuildValue("(LNNN)", r, oc, nok, t);
 }
 
 static PyObject *sched_get_done(SchedObject *self, void *c)

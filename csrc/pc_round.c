@@ -52,6 +52,15 @@ static int heap_pop(pc_sched *s)
     return top;
 }
 
+/* Ops that wait on something outside the schedule (a message, a timer, the
+ * application, the device) have their completion time recorded; a local
+ * op ends at its last input's time: not worth a clock read per NOP. */
+static int waits_outside(int kind)
+{
+    return kind == PC_SEND || kind == PC_RECV || kind == PC_DELAY ||
+           kind == PC_START_AT || kind == PC_GATE || kind == PC_FENCE;
+}
+
 static void ready(pc_sched *s, int i, int skip)
 {
     pc_op *op = &s->ops[i];
@@ -67,6 +76,7 @@ void pc_round_complete(pc_sched *s, int i, int oc)
     pc_op *op = &s->ops[i];
     op->state = OP_DONE;
     op->outcome = oc;
+    op->t_done = waits_outside(op->kind) ? pc_now() : 0.0;
     s->touched = 1;
     if (!(op->flags & PC_F_OPTIONAL))
         s->required_left--;
@@ -185,6 +195,8 @@ static int start_send(pc_sched *s, int i)
 static int start_recv(pc_sched *s, int i)
 {
     pc_op *op = &s->ops[i];
+    if (op->timeout_ns >= 0)
+        op->t_ready = pc_now();
     s->inflight++;
     int rc = pc_engine_start_recv(s, i, pc_addr(s, op->aslot, op->aoff),
                                   (int)op->count,
@@ -249,6 +261,7 @@ static int start_local(pc_sched *s, int i)
 static int start_timed(pc_sched *s, int i)
 {
     pc_op *op = &s->ops[i];
+    op->t_ready = pc_now();
     double v = param_seconds(s, op);
     double when = op->kind == PC_DELAY ? op->t_ready + v : v;
     if (when <= op->t_ready) {
@@ -261,7 +274,6 @@ static int start_timed(pc_sched *s, int i)
 static int start(pc_sched *s, int i)
 {
     pc_op *op = &s->ops[i];
-    op->t_ready = pc_now();
     op->tgen++;
     if (pc_tl_on)
         pc_tl_op(PC_EV_START, s, i, 0);
@@ -410,6 +422,7 @@ static void finish_round(pc_sched *s)
     for (int i = 0; i < s->nops; i++) {
         s->last_outcome[i] = (uint8_t)s->ops[i].outcome;
         s->last_nok[i] = s->ops[i].nok;
+        s->last_t[i] = s->ops[i].outcome ? s->ops[i].t_done : 0.0;
     }
     s->last_round_ok = s->round;
     pthread_mutex_unlock(&s->fire_mtx);

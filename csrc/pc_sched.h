@@ -202,7 +202,7 @@ typedef struct pc_op {
     int64_t cur_order;        /* this round's order (counter gate) */
     int64_t req;              /* transport handle in flight, -1 none */
     uint32_t tgen;            /* timer generation (stale timers are ignored) */
-    double t_ready;
+    double t_ready, t_done;   /* pc_now() when started / completed */
     uint64_t stamp[4];        /* stamped payload {stamp id, round, tag, 0} */
     uint64_t *bank;           /* stamped recv: banked future rounds */
     int nbank, capbank;
@@ -262,6 +262,7 @@ struct pc_sched {
     int *held; int nheld;           /* sends waiting for their order */
     uint8_t *last_outcome;          /* per op, last completed round */
     int *last_nok;
+    double *last_t;                 /* completion time (pc_now), 0: none */
     uint64_t last_round_ok;         /* rounds whose outcomes are in last_* */
     /* discard receives standing in for timed-out ones */
     int64_t *disc_req, *disc_id; void **disc_buf; int ndisc, capdisc;
@@ -296,9 +297,10 @@ void pc_sched_lock(pc_sched *s);
 void pc_sched_unlock(pc_sched *s);
 int pc_sched_lock_mine(pc_sched *s);
 int pc_sched_has_locked_ops(pc_sched *s);
-/* last completed round: outcome and delivered-input count of every op */
+/* last completed round: outcome, delivered-input count and completion
+ * time of every op */
 int pc_sched_last_outcomes(pc_sched *s, uint8_t *outcome, int *nok,
-                           uint64_t *round);
+                           double *t_done, uint64_t *round);
 
 /* called by the engine, progress lock held */
 int pc_sched_progress(pc_sched *s);

@@ -32,10 +32,12 @@ BAND, BOR, BXOR = _OPS["BAND"], _OPS["BOR"], _OPS["BXOR"]
 from .collectives.allreduce import allreduce, iallreduce  # noqa: E402
 from .collectives.partial import (MajorityAllreduce,  # noqa: E402
                                   PartialAllreduce, PartialResult,
-                                  QuorumAllreduce, SoloAllreduce,
-                                  majority_allreduce, quorum_allreduce,
-                                  solo_allreduce)
+                                  QuorumAllreduce, SoloAllreduce)
+from .collectives.forms import (close_partials, flush_partials,  # noqa: E402
+                                majority_allreduce, partials,
+                                quorum_allreduce, solo_allreduce)
 from .collectives.lossy_average import RPSAverage, RPSRound  # noqa: E402
+from .loadbalance.allreduce import LoadBalancedAllreduce  # noqa: E402
 from . import _comm  # noqa: E402,F401  (registers the exit handler)
 
 
@@ -83,5 +85,7 @@ __all__ = ["Schedule", "Slot", "Request", "ALL", "ANY", "Op", "as_op",
            "progress_thread_cputime", "SoloAllreduce", "MajorityAllreduce",
            "QuorumAllreduce", "PartialAllreduce", "PartialResult",
            "solo_allreduce", "majority_allreduce", "quorum_allreduce",
+           "flush_partials", "close_partials", "partials",
            "DeviceError", "gpu_path", "set_gpu_path", "now", "set_send_cap",
-           "engine_stats", "timeline", "network", "RPSAverage", "RPSRound"]
+           "engine_stats", "timeline", "network", "RPSAverage", "RPSRound",
+           "LoadBalancedAllreduce"]

@@ -32,6 +32,7 @@ communicator is freed, when a library communicator goes, and at exit.
 import atexit
 import logging
 import threading
+import time
 
 from mpi4py import MPI
 
@@ -49,8 +50,9 @@ _hooks = {"before_collective": [], "on_user_free": [], "on_release": [],
 
 
 def register(event, fn=None):
-    """Register ``fn`` for ``event``: ``"before_collective"`` (fn(lc), at the
-    start of every library collective on lc), ``"on_user_free"`` (fn(lc),
+    """Register ``fn`` for ``event``: ``"before_collective"`` (fn(lc, keep),
+    at the start of every library collective on lc; ``keep`` is the caller's
+    own token, see :meth:`LibraryComm.before_collective`), ``"on_user_free"`` (fn(lc),
     inside the collective MPI_Comm_free of lc's user communicator),
     ``"on_release"`` (fn(lc), just before lc's duplicates are freed) or
     ``"at_exit"`` (fn(), before the progress thread stops).  Hooks run in
@@ -110,10 +112,12 @@ class LibraryComm:
         for c in (self.comm, self.ctl):
             _free_dup(c)
 
-    def before_collective(self):
+    def before_collective(self, keep=None):
         """Call at the start of every library collective on this
-        communicator (runs the ``before_collective`` hooks)."""
-        _run_hooks("before_collective", self)
+        communicator: runs the ``before_collective`` hooks (function forms
+        flush there).  ``keep``: an opaque token the hooks pass over (a
+        function form's own signature)."""
+        _run_hooks("before_collective", self, keep)
 
     def tag_block(self, ntags):
         """The first tag of a block of ``ntags`` tags for the next one-shot
@@ -122,7 +126,8 @@ class LibraryComm:
 
 
 class TagSpace:
-    """The tags of one executor communicator, 0 .. MPI_TAG_UB.
+    """The tags of one executor communicator, 0 .. MPI_TAG_UB - 1 (the
+    executor keeps MPI_TAG_UB for its control channel).
 
     * The lower three quarters hold blocks for persistent objects: first
       fit, given back at close().  Exhausting them raises ScheduleError
@@ -135,7 +140,7 @@ class TagSpace:
     """
 
     def __init__(self, tag_ub, size):
-        total = tag_ub + 1
+        total = tag_ub                  # MPI_TAG_UB itself is reserved
         self.tag_ub, self.size = tag_ub, size
         self.one_shot_lo = total - total // 4
         self._free = [[0, self.one_shot_lo]]     # sorted [start, end)
@@ -157,8 +162,8 @@ class TagSpace:
         raise ScheduleError(
             f"out of MPI tags on this communicator: {self.blocks} open "
             f"objects hold {self.held} of the {self.one_shot_lo} tags set "
-            f"aside for persistent objects (three quarters of MPI_TAG_UB + 1 "
-            f"= {self.tag_ub + 1}), and a {what} at P = {self.size} needs "
+            f"aside for persistent objects (three quarters of MPI_TAG_UB "
+            f"= {self.tag_ub}), and a {what} at P = {self.size} needs "
             f"{ntags}; close() objects you no longer use")
 
     def give_back(self, base, ntags):
@@ -178,12 +183,12 @@ class TagSpace:
 
     def one_shot(self, ntags):
         """The first tag of the next rotating block of ``ntags`` tags."""
-        top = self.tag_ub + 1
+        top = self.tag_ub               # exclusive: MPI_TAG_UB is reserved
         if ntags > top - self.one_shot_lo:
-                raise ScheduleError(
+            raise ScheduleError(
                 f"a one-shot collective at P = {self.size} needs {ntags} "
                 f"tags, more than the {top - self.one_shot_lo} kept for them "
-                f"(a quarter of MPI_TAG_UB + 1 = {top})")
+                f"(a quarter of MPI_TAG_UB = {top})")
         if self._next + ntags > top:
             self._next = self.one_shot_lo
         base, self._next = self._next, self._next + ntags
@@ -247,10 +252,30 @@ def disagreements(comm, mine):
     return everyone, bad
 
 
+def require_same(lc, what, mine):
+    """Collective over lc.ctl: raise the same ScheduleError on every rank
+    unless ``mine`` (a dict of creation arguments) is equal everywhere."""
+    everyone, bad = disagreements(lc.ctl, mine)
+    if bad:
+        raise ScheduleError(f"{what} created with different arguments on "
+                            f"different ranks (" + "; ".join(
+                                per_rank(everyone, k) for k in bad) + ")")
+
+
 def per_rank(everyone, key):
     """'key: rank 0=..., rank 1=...' for an error message."""
     return f"{key}: " + ", ".join(f"rank {r}={d.get(key)!r}"
                                   for r, d in enumerate(everyone))
+
+
+def wait_for(req, longest=0.002):
+    """Wait for an mpi4py request with Test() and a sleeping back-off (from
+    20 us, doubling, up to ``longest`` s): never a busy wait, for control
+    collectives that may wait long for a slow rank."""
+    delay = 20e-6
+    while not req.Test():
+        time.sleep(delay)
+        delay = min(2 * delay, longest)
 
 
 def _dup(comm):

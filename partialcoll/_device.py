@@ -30,6 +30,7 @@ import sys
 import numpy as np
 
 from . import _core, _env
+from ._buffers import as_array
 from ._errors import ScheduleError
 
 _C = _core.constants()
@@ -271,3 +272,10 @@ def flat(backend, x, what="buffer"):
         raise ScheduleError(f"{what} must be C-contiguous (use "
                             f"{backend.xp.__name__}.ascontiguousarray)")
     return x.reshape(-1)
+
+
+def flat_in_place(x, mem, device, what, owner):
+    """A 1-D view of ``x`` (host buffer or device array), which must live
+    where ``mem``/``device`` say: where the buffers of ``owner`` live."""
+    backend = check_place(x, mem, device, what, f"this {owner}'s buffers")
+    return as_array(x, what) if backend is None else flat(backend, x, what)

@@ -90,10 +90,15 @@ class RoundOutcomes:
 
     Attributes: ``round`` (-1 before the first), ``outcome`` (uint8 per op:
     see :data:`OUTCOMES`), ``delivered`` (int32 per op: inputs that were
-    delivered, e.g. how many blocks arrived at a NOP joining receives)."""
+    delivered, e.g. how many blocks arrived at a NOP joining receives),
+    ``t_done`` (float64 per op: when a send, receive, timed op, gate or
+    fence completed, on the executor's clock :func:`partialcoll.now`, e.g.
+    a message's arrival time for measuring a link; 0 for local ops and ops
+    that did not run)."""
 
-    def __init__(self, round, outcome, delivered):
+    def __init__(self, round, outcome, delivered, t_done=None):
         self.round, self.outcome, self.delivered = round, outcome, delivered
+        self.t_done = t_done
 
     def name(self, op):
         """'ok', 'dropped', 'timedout', 'skipped' or 'none' for op."""

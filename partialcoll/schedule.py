@@ -461,6 +461,13 @@ class Schedule:
         self.commit()._core_sched().bind(slot.index, arr, slot.writable)
         self._arrays[slot.index] = array
 
+    def unbind(self, slot):
+        """Forget the array bound to ``slot`` (between rounds), so the
+        schedule no longer keeps it alive."""
+        slot = slot if isinstance(slot, Slot) else self._slots[slot]
+        self._core_sched().unbind(slot.index)
+        self._arrays.pop(slot.index, None)
+
     def _bind_device(self, slot, array, backend):
         if not slot.device:
             raise ScheduleError(f"{slot} is host memory; got a device array")
@@ -508,9 +515,10 @@ class Schedule:
 
     def outcomes(self):
         """A :class:`RoundOutcomes` for the last completed round."""
-        rnd, oc, nok = self._core_sched().outcomes()
+        rnd, oc, nok, t = self._core_sched().outcomes()
         return RoundOutcomes(rnd, np.frombuffer(oc, np.uint8),
-                             np.frombuffer(nok, np.int32))
+                             np.frombuffer(nok, np.int32),
+                             np.frombuffer(t, np.float64))
 
     def wait_gate(self, timeout=None):
         """Block (GIL released, no polling) until a :meth:`gate` op of this

@@ -39,6 +39,7 @@ def rss_kib():
         return int(f.read().split()[1]) * resource.getpagesize() // 1024
 
 
+@pytest.mark.max_ranks(4)
 def test_pool_stays_bounded_over_1000_distinct_sizes():
     for n in range(1, 201):
         pc.allreduce(np.ones(n))
@@ -64,6 +65,7 @@ def test_pool_trims_to_the_byte_budget(monkeypatch):
     assert ar_module.pool_size()[0] == (1 if P > 1 else 0)
 
 
+@pytest.mark.max_ranks(4)
 @pytest.mark.parametrize("inplace", [False, True])
 def test_no_user_array_is_kept_alive(inplace):
     def gone(make_call):

@@ -82,6 +82,7 @@ def test_bad_mode_and_parameters():
         RPSOptimizer(SGD([np.zeros(2, np.int32)], lr=0.1))
 
 
+@pytest.mark.max_ranks(4)
 def test_torch_wrapper_without_drops_is_synchronous_sgd():
     torch = pytest.importorskip("torch")
     import partialcoll.torch as pct

@@ -7,7 +7,8 @@ import tempfile
 import pytest
 from mpi4py import MPI
 
-from partialcoll.bench import hyperplane, latency, lstm, overhead, sweep
+from partialcoll.bench import (aware, hyperplane, latency, lstm, netcal,
+                               overhead, rps, sweep)
 
 pytestmark = pytest.mark.mpi
 
@@ -59,10 +60,46 @@ def test_sweep_and_overhead_run(rank_tmp):
     assert [r["bytes"] for r in rows] == [8, 4096]
     rows = overhead.run(args_for(overhead, ["--chain", "1000", "--pairs", "50",
                                             "--iters", "50",
-                                            "--idle-seconds", "0.1"]))
+                                            "--idle-seconds", "0.1",
+                                            "--objects", "30", "--churn", "30",
+                                            "--allreduce-iters", "200"]))
     assert rows[0]["avg"] < 100
+    if MPI.COMM_WORLD.rank == 0:
+        by = {r["metric"].strip(): r for r in rows}
+        # idle objects share one control receive per communicator
+        assert by["outstanding messages with 30 objects open"]["max"] <= 2
+        assert by["library duplicates before / after the churn"]["avg"] in (
+            "2 / 2", "0 / 2", "2 / 0")
 
 
+@pytest.mark.max_ranks(4)
+def test_netcal_rps_and_aware_benchmarks_run():
+    """Tiny runs of the network benchmarks: tables come out, results are
+    checked inside (exact averages) and the calibration rows are filled."""
+    P = MPI.COMM_WORLD.size
+    if 2 <= P <= 4:
+        rows = netcal.run(args_for(netcal, [
+            "--size", "400K", "--chain", "3", "--latency", "5 ms",
+            "--messages", "200", "--repeat", "1", "--every", "0.1",
+            "--epochs", "2"]))
+        if MPI.COMM_WORLD.rank == 0:
+            assert {r["row"].split()[0] for r in rows} >= {"one", "latency",
+                                                           "drops", "trace"}
+    rows = rps.run(args_for(rps, ["--iters", "10", "--every", "5",
+                                  "--seeds", "1", "--drops", "0,0.2"]))
+    if MPI.COMM_WORLD.rank == 0:
+        assert {r["algorithm"] for r in rows} == {"rps", "gradients",
+                                                  "allreduce"}
+        assert all(r["loss"] > 0 for r in rows)
+    rows = aware.run(args_for(aware, [
+        "--mbytes", "0.2", "--every", "0.3", "--redraws", "2",
+        "--sweep", "20000", "--sweep-iters", "2", "--overhead-iters", "3",
+        "--slice", "20000"]))
+    if MPI.COMM_WORLD.rank == 0:
+        assert {r["part"] for r in rows} >= {"schemes", "overhead"}
+
+
+@pytest.mark.max_ranks(4)
 def test_hyperplane_benchmark_runs(rank_tmp):
     """A tiny hyperplane run: every mode trains (the loss falls) and the
     table, JSON curves and plot are written."""
@@ -82,6 +119,7 @@ def test_hyperplane_benchmark_runs(rank_tmp):
         assert png.exists()
 
 
+@pytest.mark.max_ranks(4)
 def test_lstm_benchmark_runs(rank_tmp):
     pytest.importorskip("torch", reason="PyTorch is not installed")
     P = MPI.COMM_WORLD.size

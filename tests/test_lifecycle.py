@@ -102,3 +102,42 @@ def test_object_dropped_on_one_rank_keeps_serving_and_exit_is_clean(
     assert "SoloAllreduce" in err and "dropped without close()" in err
     for word in ("leak", "pending", "Abort", "Traceback"):
         assert word not in err, err
+
+
+MAJORITY_LOOP_THEN_BARRIER = """
+import random, sys, time, numpy as np, partialcoll as pc
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+got = np.zeros(4)
+for seed in (0, 1, 2):
+    rng = random.Random(seed * 100 + comm.rank)
+    def loop():
+        global got
+        for i in range(40):
+            time.sleep(rng.random() * 0.003)
+            got += pc.majority_allreduce(np.ones(4), seed=seed).data
+    if sys.argv[1] == "flush":
+        loop()
+        final = pc.flush_partials(comm)
+    else:
+        with pc.partials(comm) as scope:
+            loop()
+        final = scope.results
+    for label, res in final:
+        got += res.data
+    comm.Barrier()      # hung in 2 of 3 seeds without the flush
+totals = comm.gather(int(got[0]))
+if comm.rank == 0:
+    print("totals", *totals, flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["flush", "context"])
+def test_majority_loop_then_barrier_does_not_hang(tmp_path, how):
+    from conftest import run_mpi
+    script = tmp_path / "loop.py"
+    script.write_text(MAJORITY_LOOP_THEN_BARRIER)
+    rc, out, err, secs = run_mpi(["python", str(script), how], n=3,
+                                 timeout=60)
+    assert rc == 0, err
+    assert f"totals {' '.join(['360'] * 3)}" in out, out     # 3 x 40 x 3

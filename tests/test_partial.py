@@ -115,7 +115,9 @@ def test_majority_waits_for_its_initiator():
     waited = time.monotonic() - t0
     if RANK != d:
         assert waited > 0.25 and res.included
-    assert res.round == 0 and res.data[0] == P
+    # round 0 holds everyone's; a rank done first may already be in close(),
+    # whose flush-started (empty) round 1 can complete before we take ours
+    assert res.data[0] == P and res.round in (0, 1)
     ar.close()
 
 
@@ -144,7 +146,7 @@ def test_function_form_reuses_one_object():
     out = np.empty_like(x)
     res = pc.solo_allreduce(x, out)
     assert res.data is out
-    forms = _comm.find(COMM).cache["partial.forms"]
+    forms = _comm.find(COMM).cache["partial.forms"].cache
     n = len(forms)
     for _ in range(5):
         pc.solo_allreduce(x)
@@ -175,6 +177,7 @@ def test_bad_arguments():
         ar(np.zeros(4))
 
 
+@pytest.mark.max_ranks(4)
 def test_memory_flat_over_10000_rounds():
     import resource
     ar = pc.SoloAllreduce(np.zeros(64))

@@ -43,12 +43,11 @@ vanished on one rank; it is logged once under the ``partialcoll`` logger.
 """
 import logging
 import secrets
-import time
 
 import numpy as np
 from mpi4py import MPI
 
-from .. import _comm
+from .. import _comm, _device
 from .._errors import ScheduleError
 from ..ops import OPS
 from ..schedule import Schedule
@@ -152,6 +151,7 @@ class Rounds:
             raise
         lc.created += 1
         self.id = lc.created              # the same on every rank
+        self.label = f"{self.name} #{self.id}"
         self._observed = 0                # rounds taken by this rank
         self._calls = 0
         self._epochs = 0                  # synchronous rounds done here
@@ -248,6 +248,18 @@ class Rounds:
         return s.nop(after=[self._trigger] + recvs, mode=1)
 
     # -- calls ----------------------------------------------------------
+    def take_buffer(self, sendbuf, what="sendbuf"):
+        """``sendbuf`` as a flat array where this object's buffers live,
+        checked against its dtype and size (raises if closed)."""
+        self.check_open()
+        x = _device.flat_in_place(sendbuf, self.mem, self.device, what,
+                                  self.name)
+        if x.dtype != self.dtype or x.size != self._pending.size:
+            raise ScheduleError(f"{what} is {x.dtype}[{x.size}], this "
+                                f"{self.name} takes {self.dtype}"
+                                f"{list(self.shape)}")
+        return x
+
     def start(self, x):
         """Contribute ``x`` (a flat array on the object's memory); returns a
         request whose ``wait()`` gives a :class:`Result`."""
@@ -351,7 +363,7 @@ class Rounds:
         self._sched.fire(self._bypass, round=entry)
         ids = np.array([self.id, -self.id], np.int64)
         seen = np.zeros(2, np.int64)
-        wait_for(ctl.Iallreduce(ids, seen, op=MPI.MAX), longest=0.001)
+        _comm.wait_for(ctl.Iallreduce(ids, seen, op=MPI.MAX), longest=0.001)
         if seen[0] != -seen[1]:
             raise ScheduleError(f"flush()/close() of different objects at "
                                 f"the same time on different ranks (object "
@@ -422,7 +434,7 @@ class Rounds:
             while True:
                 flag = np.array([1 if core.busy else 0], np.int64)
                 out = np.zeros(1, np.int64)
-                wait_for(self._lc.ctl.Iallreduce(flag, out, op=MPI.MAX))
+                _comm.wait_for(self._lc.ctl.Iallreduce(flag, out, op=MPI.MAX))
                 if out[0] == 0:
                     return
         finally:
@@ -556,10 +568,10 @@ def dropped(rounds):
     rounds.orphaned = True
     level = logging.DEBUG if _warned else logging.WARNING
     _warned = True
-    log.log(level, "a %s (object %d on its communicator) was dropped "
-            "without close(); it stays open, so the other ranks can still "
-            "use it, until interpreter exit. Call close() (collective) or "
-            "use it as a context manager.", rounds.name, rounds.id)
+    log.log(level, "%s was dropped without close(); it stays open, so the "
+            "other ranks can still use it, until a collective close: "
+            "pc.close_partials(comm) or interpreter exit. Call close() "
+            "(collective) or use it as a context manager.", rounds.label)
 
 
 @_comm.register("at_exit")
@@ -568,12 +580,3 @@ def quiesce_all():
     on all ranks), then free it."""
     for r in open_rounds():
         r.quiesce_and_free()
-
-
-def wait_for(req, longest=0.002):
-    """Wait for an mpi4py request with Test() and a sleeping back-off
-    (from 20 us, doubling, up to ``longest`` s): never a busy wait."""
-    delay = 20e-6
-    while not req.Test():
-        time.sleep(delay)
-        delay = min(2 * delay, longest)

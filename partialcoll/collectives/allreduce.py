@@ -423,6 +423,7 @@ def _plan(sendbuf, recvbuf, op, comm, algorithm, priority=0):
             recv[...] = send
         return send, recv, result, None, 0
     lc = _comm.library_comm(comm)
+    lc.before_collective()
     algo = choose_algorithm(send.nbytes, send.size, lc.size, algorithm)
     sched = _pool.get(lc, algo, send.size, send.dtype, op, send is recv,
                       be and (be, be.device_id(send)), int(priority))
@@ -505,6 +506,7 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
             # another.  Checked before taking a tag block: every rank must
             # take exactly one per call, busy or not.
             if _idle(core):
+                lc.before_collective()
                 try:
                     core.run(sendbuf, recvbuf, lc.tag_block(ntags))
                     return recvbuf

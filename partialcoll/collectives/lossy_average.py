@@ -111,12 +111,7 @@ class RPSAverage:
         mine = {"collective": "RPSAverage", "n": self.n,
                 "dtype": self.dtype.str, "seed": self.seed,
                 "timeout": self.timeout, "traffic_class": traffic_class}
-        everyone, bad = _comm.disagreements(lc.ctl, mine)
-        if bad:
-            raise ScheduleError("RPSAverage created with different arguments "
-                                "on different ranks (" + "; ".join(
-                                    _comm.per_rank(everyone, k) for k in bad)
-                                + ")")
+        _comm.require_same(lc, "RPSAverage", mine)
         net = _network()
         if net and net["drop_mode"] == "silent" and self.timeout is None:
             raise ScheduleError("the emulated network drops silently: give "

@@ -11,8 +11,7 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
-from .. import _comm, _device
-from .._buffers import as_array
+from .. import _device
 from .._errors import ScheduleError, require_thread_multiple
 from ..ops import OPS, as_op, check_op_dtype
 from . import _rounds
@@ -20,6 +19,29 @@ from ._rounds import Result as PartialResult, designated as _designated  # noqa:
 from ._rounds import tag_block_size  # noqa: F401
 
 SUM = OPS["SUM"]
+
+
+def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
+                sync_every=None, quorum=None, seed=0, algorithm=None,
+                priority=0):
+    """Check the arguments and make the state of a partial allreduce object
+    (:class:`._rounds.Rounds`) shaped like ``like`` (collective)."""
+    require_thread_multiple()
+    backend = _device.backend_of(like)
+    if backend is None:
+        like = np.asarray(like)
+    op = as_op(op)
+    check_op_dtype(op, like.dtype)
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if sync_every is not None and int(sync_every) < 1:
+        raise ScheduleError("sync_every must be a positive integer or None")
+    args = {"name": name, "shape": like.shape, "dtype": like.dtype, "op": op,
+            "comm": comm, "catch_up": bool(catch_up), "seed": int(seed),
+            "sync_every": None if sync_every is None else int(sync_every),
+            "quorum": quorum, "mem": backend or _device.HOST,
+            "priority": int(priority),
+            "device": backend and backend.device_id(like)}
+    return _rounds.KINDS[kind](like.size, args, algorithm)
 
 
 class PartialAllreduce:
@@ -36,23 +58,9 @@ class PartialAllreduce:
 
     def __init__(self, like, op=SUM, comm=None, catch_up=True, sync_every=None,
                  *, quorum=None, seed=0, algorithm=None, priority=0):
-        require_thread_multiple()
-        backend = _device.backend_of(like)
-        if backend is None:
-            like = np.asarray(like)
-        op = as_op(op)
-        check_op_dtype(op, like.dtype)
-        comm = MPI.COMM_WORLD if comm is None else comm
-        if sync_every is not None and int(sync_every) < 1:
-            raise ScheduleError("sync_every must be a positive integer or None")
-        args = {"name": type(self).__name__, "shape": like.shape,
-                "dtype": like.dtype, "op": op, "comm": comm,
-                "catch_up": bool(catch_up), "seed": int(seed),
-                "sync_every": None if sync_every is None else int(sync_every),
-                "quorum": quorum, "mem": backend or _device.HOST,
-                "priority": int(priority),
-                "device": backend and backend.device_id(like)}
-        self._rounds = _rounds.KINDS[self.kind](like.size, args, algorithm)
+        self._rounds = make_rounds(self.kind, type(self).__name__, like, op,
+                                   comm, catch_up, sync_every, quorum, seed,
+                                   algorithm, priority)
         for k in ("shape", "dtype", "op", "comm", "catch_up", "seed",
                   "sync_every", "quorum", "size", "rank"):
             setattr(self, k, getattr(self._rounds, k))
@@ -65,12 +73,7 @@ class PartialAllreduce:
     def start(self, sendbuf):
         """Non-blocking form: returns a request with ``test()``/``wait()``."""
         r = self._rounds
-        r.check_open()
-        x = _flat(sendbuf, "sendbuf", r.mem, r.device, r.name)
-        if x.dtype != r.dtype or x.size != r._pending.size:
-            raise ScheduleError(f"sendbuf is {x.dtype}[{x.size}], this "
-                                f"{r.name} takes {r.dtype}{list(r.shape)}")
-        return r.start(x)
+        return r.start(r.take_buffer(sendbuf))
 
     def flush(self):
         """A synchronous round that every rank calls: returns everything
@@ -95,6 +98,18 @@ class PartialAllreduce:
     def rounds(self):
         """Rounds completed by this rank's schedule so far."""
         return self._rounds.rounds
+
+    @property
+    def label(self):
+        """This object's name in :func:`~partialcoll.flush_partials` and
+        :func:`~partialcoll.close_partials` results and in warnings
+        (default ``"SoloAllreduce #3"``: the kind and the object's number
+        on its communicator, the same on every rank); assignable."""
+        return self._rounds.label
+
+    @label.setter
+    def label(self, value):
+        self._rounds.label = str(value)
 
     @property
     def started(self):
@@ -141,68 +156,3 @@ class QuorumAllreduce(PartialAllreduce):
                  sync_every=None, *, algorithm=None, priority=0):
         super().__init__(like, op, comm, catch_up, sync_every, quorum=quorum,
                          algorithm=algorithm, priority=priority)
-
-
-def _flat(buf, what, mem, device, owner):
-    """A 1-D view of `buf`, which must live where the object's buffers do."""
-    backend = _device.check_place(buf, mem, device, what,
-                                  f"this {owner}'s buffers")
-    return as_array(buf, what) if backend is None else \
-        _device.flat(backend, buf, what)
-
-
-def _function_form(cls, sendbuf, recvbuf, op, comm, **kw):
-    comm = MPI.COMM_WORLD if comm is None else comm
-    backend = _device.backend_of(sendbuf)
-    mem = backend or _device.HOST
-    device = backend and backend.device_id(sendbuf)
-    x = _flat(sendbuf, "sendbuf", mem, device, cls.__name__)
-    shape = x.shape if backend is None and \
-        not isinstance(sendbuf, np.ndarray) else sendbuf.shape
-    key = (cls, shape, x.dtype.str, as_op(op).name, mem.name, device,
-           tuple(sorted(kw.items())))
-    forms = _forms_of(_comm.library_comm(comm))
-    ar = forms.get(key)
-    if ar is None or ar.closed:
-        ar = forms[key] = cls(mem.empty(shape, x.dtype), op=op, comm=comm,
-                              **kw)
-    res = ar(x)
-    if recvbuf is not None:
-        out = _flat(recvbuf, "recvbuf", mem, device, cls.__name__)
-        out[...] = res.data.reshape(-1)
-        res.data = recvbuf
-    return res
-
-
-def _forms_of(lc):
-    """The function-form objects of a library communicator, by signature,
-    in creation order."""
-    return lc.cache.setdefault("partial.forms", {})
-
-
-@_comm.register("on_user_free")
-def _close_forms(lc):
-    # inside the user's collective MPI_Comm_free: every rank closes the same
-    # objects in the same (creation) order
-    forms = lc.cache.pop("partial.forms", {})
-    for ar in sorted(forms.values(), key=lambda a: a._rounds.order):
-        ar.close()
-
-
-def solo_allreduce(sendbuf, recvbuf=None, op=SUM, comm=None):
-    """Solo allreduce for mpi4py programs; reuses one persistent
-    :class:`SoloAllreduce` per (comm, shape, dtype, op).  Returns a
-    :class:`PartialResult` (``recvbuf``, if given, receives ``res.data``)."""
-    return _function_form(SoloAllreduce, sendbuf, recvbuf, op, comm)
-
-
-def majority_allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, seed=0):
-    """Majority allreduce for mpi4py programs (see :func:`solo_allreduce`)."""
-    return _function_form(MajorityAllreduce, sendbuf, recvbuf, op, comm,
-                          seed=seed)
-
-
-def quorum_allreduce(sendbuf, quorum, recvbuf=None, op=SUM, comm=None):
-    """Quorum(k) allreduce for mpi4py programs (see :func:`solo_allreduce`)."""
-    return _function_form(QuorumAllreduce, sendbuf, recvbuf, op, comm,
-                          quorum=quorum)

@@ -236,6 +236,7 @@ class EagerAverager:
             out = _sync_buckets(self._buckets, self._mem, self.comm)
             info = StepInfo(self.steps, self.size, True, 1, self.steps - 1)
         elif self.mode in SYNC_MODES:
+            self._lc.before_collective()
             out = []
             for b in self._buckets:     # MPI_Allreduce, on a host copy
                 r = self._mem.host(b.send).copy()

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
+from .. import _comm
 from .._errors import ScheduleError
 from .core import AveragerFront, EagerAverager
 
@@ -284,6 +285,7 @@ def broadcast_parameters(params, root=0, comm=None):
         raise ScheduleError(f"root {root} is not a rank of a communicator of "
                             f"size {comm.Get_size()}")
     items = _tensors(params)
+    _comm.library_comm(comm).before_collective()    # flush function forms
     _check_same(comm, items, "broadcast_parameters")
     with torch.no_grad():
         for _, t in items:
@@ -306,6 +308,7 @@ def synchronize_model(model, comm=None):
     comm = MPI.COMM_WORLD if comm is None else comm
     for opt in _live_optimizers(comm):
         opt.flush()
+    _comm.library_comm(comm).before_collective()    # flush function forms
     items = _tensors(model)
     _check_same(comm, items, "synchronize_model")
     P = comm.Get_size()

@@ -29,6 +29,11 @@ number, remove it from R and update the properties.
 
 Choices where the paper leaves room (tested in tests/test_planner.py):
 
+* Algorithm 3's printed Comparator (A <- min(P_A, M_B), B <- min(P_B, M_A),
+  return A < B) has the opposite sense to Equation 2 and its derivation
+  (A first when min(P_B, M_A) < min(P_A, M_B)); we follow Equation 2,
+  which :func:`simulate` confirms picks the shorter makespan
+  (test_equation_2_picks_the_shorter_makespan).
 * "Find the minimum op from R wrt Comparator" is a linear scan in receive
   index order keeping the current best unless a later one compares
   strictly smaller (the comparator need not be transitive in general, so
@@ -46,11 +51,9 @@ transfer order (one network channel, one compute stream) for tests and
 for predicting what a schedule should achieve.
 """
 import heapq
-import logging
 import math
 import random
 
-log = logging.getLogger("partialcoll.scheduling")
 
 RECV, COMPUTE = "recv", "compute"
 
@@ -260,9 +263,10 @@ def tic(graph):
 
 # ---- section 4.3: TAC -----------------------------------------------------
 def comparator(a, b):
-    """Algorithm 3's Comparator on (M, P, M+) triples: True when receive a
-    should precede receive b.  Equation 2: min(P_B, M_A) < min(P_A, M_B);
-    when equal, the smaller M+."""
+    """TAC's comparator on (M, P, M+) triples: True when receive a should
+    precede receive b.  Equation 2: min(P_B, M_A) < min(P_A, M_B); when
+    equal, the smaller M+ (see the module docstring on Algorithm 3's
+    printed form)."""
     Ma, Pa, Ma_plus = a
     Mb, Pb, Mb_plus = b
     x, y = min(Pb, Ma), min(Pa, Mb)

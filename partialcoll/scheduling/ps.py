@@ -296,10 +296,9 @@ def iterations(result, model, task, warmup=0):
 
 def _compute_spans(per_rank):
     """{(rank, round): [(start, complete)]} of every DELAY op."""
-    from .._core import constants
-    C = constants()
-    delay = C["DELAY"]
-    start_ev, done_ev = C["EV_START"], C["EV_COMPLETE"]
+    ev_code = {v: k for k, v in _timeline.EVENT_NAMES.items()}
+    delay = list(_timeline.KIND_NAMES).index("delay")
+    start_ev, done_ev = ev_code["start"], ev_code["complete"]
     out = {}
     for rank, ev in per_rank.items():
         ev = ev[ev["kind"] == delay]

@@ -1,0 +1,248 @@
+"""Network-aware parameter-server load distribution on one machine (the
+experiments of Cai et al., section 5, on the emulated network).
+
+Every rank is a worker with a server beside it; each iteration averages a
+gradient of ``--mbytes`` MB (float32) with :class:`LoadBalancedAllreduce`.
+Every NIC (in and out, independently) gets a rate drawn from
+``--low``..``--high`` MB/s, redrawn every ``--every`` seconds from a seed,
+so every scheme sees the same sequence.  Four parts:
+
+  slices      iteration time against slice size on one fixed draw (the
+              paper's Fig. 6: a U shape; --sweep)
+  schemes     average (equal shares), aware (measured), oracle (true rates)
+              over --redraws redraws each, same trace: iterations per
+              second overall and per epoch, speed-up over average, ratio to
+              the oracle
+  accuracy    during the aware run, the scheduler's throughput estimates
+              S_i against the configured min(out_i, in_i), in iterations at
+              least --settle seconds after a redraw
+  overhead    forecasts and probes on a steady homogeneous network: average
+              with them against average without (the paper's 2.12 %)
+
+Compute is left out: an iteration is its aggregation (what the schemes
+change).
+"""
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import partialcoll as pc
+
+from ._common import cli, emit, progress
+
+
+def add_args(p):
+    p.add_argument("--mbytes", type=float, default=4.0,
+                   help="gradient per rank, MB of float32 (default 4)")
+    p.add_argument("--low", type=float, default=2.0, help="MB/s (2)")
+    p.add_argument("--high", type=float, default=25.0, help="MB/s (25)")
+    p.add_argument("--every", type=float, default=10.0,
+                   help="seconds between rate redraws (10)")
+    p.add_argument("--redraws", type=int, default=10)
+    p.add_argument("--latency", default="1 ms")
+    p.add_argument("--slice", type=int, default=120_000,
+                   help="elements per slice for the schemes (the paper's "
+                        "1.2e5)")
+    p.add_argument("--sweep", default="10000,30000,60000,120000,300000,"
+                                      "1000000",
+                   help="slice sizes for the U-shape ('' to skip)")
+    p.add_argument("--sweep-iters", type=int, default=8)
+    p.add_argument("--schemes", default="average,aware,oracle")
+    p.add_argument("--settle", type=float, default=3.0,
+                   help="seconds after a redraw before accuracy counts")
+    p.add_argument("--overhead-iters", type=int, default=12)
+    p.add_argument("--seed", type=int, default=3)
+    p.add_argument("--csv")
+    p.add_argument("--json")
+    p.add_argument("--plot", help="PNG: throughput over time, and the "
+                                  "slice sweep")
+
+
+def network(args, trace=True):
+    rates = list(np.linspace(args.low, args.high,
+                             int(args.high - args.low) + 1))
+    cfg = {"seed": args.seed,
+           "default": {"out_rate": f"{args.high} MB/s",
+                       "in_rate": f"{args.high} MB/s",
+                       "latency": args.latency}}
+    if trace:
+        cfg["trace"] = [{"ranks": "all", "nic": "both",
+                         "every": args.every,
+                         "rates": [f"{r:g} MB/s" for r in rates]}]
+    return cfg
+
+
+def true_S(P):
+    return [min(pc.network.nic_rate(i, "out")[0],
+                pc.network.nic_rate(i, "in")[0]) for i in range(P)]
+
+
+def run_scheme(scheme, args, comm, duration, slice_elems, accuracy=None):
+    """Iterate for `duration` s on a fresh network (the trace from its
+    start); returns [(time since start, iteration seconds)] on rank 0."""
+    n = int(args.mbytes * 1e6 / 4)
+    x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
+    pc.network.enable(network(args))
+    _, t0 = pc.network.nic_rate(0)
+    lb = pc.LoadBalancedAllreduce(x, scheme=scheme, slice_elems=slice_elems)
+    rows, stop = [], False
+    while not stop:
+        t = pc.now()
+        lb(x)
+        dt = pc.now() - t
+        if comm.rank == 0:
+            rows.append((t - t0, dt))
+            if accuracy is not None:
+                since = (pc.now() - t0) % args.every
+                if since > args.settle and lb.calls > lb.window:
+                    truth = true_S(comm.size)
+                    accuracy.extend(abs(e - s) / s for e, s in
+                                    zip(lb.rates["S"], truth))
+        stop = comm.bcast(pc.now() - t0 >= duration if comm.rank == 0
+                          else None)
+    lb.close()
+    pc.network.disable()
+    return rows
+
+
+def median_iteration(lb, x, iters, skip=2):
+    """Median seconds of `iters` calls, the first `skip` left out."""
+    times = []
+    for _ in range(iters):
+        t = pc.now()
+        lb(x)
+        times.append(pc.now() - t)
+    return float(np.median(times[skip:] or times))
+
+
+def sweep(args, comm):
+    """Median iteration time per slice size, one fixed draw, aware."""
+    out = []
+    for sl in progress([int(v) for v in args.sweep.split(",") if v], comm,
+                       "slice sweep"):
+        n = int(args.mbytes * 1e6 / 4)
+        x = np.zeros(n, np.float32)
+        cfg = network(args)
+        cfg["trace"][0]["every"] = 1e5          # one draw for the sweep
+        pc.network.enable(cfg)
+        lb = pc.LoadBalancedAllreduce(x, scheme="aware", slice_elems=sl)
+        out.append((sl, median_iteration(lb, x, args.sweep_iters)))
+        lb.close()
+        pc.network.disable()
+    return out
+
+
+def overhead(args, comm):
+    """Average scheme on a steady homogeneous network, with and without
+    forecasts and probes: median iteration seconds (with, without)."""
+    res = []
+    for measure in (True, False):
+        n = int(args.mbytes * 1e6 / 4)
+        x = np.zeros(n, np.float32)
+        pc.network.enable({"default": {"out_rate": "10 MB/s",
+                                       "in_rate": "10 MB/s",
+                                       "latency": args.latency}})
+        lb = pc.LoadBalancedAllreduce(x, scheme="average",
+                                      slice_elems=args.slice,
+                                      measure=measure,
+                                      num_probe=2 if measure else 0)
+        res.append(median_iteration(lb, x, args.overhead_iters))
+        lb.close()
+        pc.network.disable()
+    return res
+
+
+def run(args, comm=MPI.COMM_WORLD):
+    duration = args.every * args.redraws
+    rows, curves, slices, acc = [], {}, [], []
+    if args.sweep:
+        slices = sweep(args, comm)
+        for sl, t in slices:
+            rows.append({"part": "slices", "scheme": "aware", "slice": sl,
+                         "value": t, "unit": "s/iteration", "ranks": comm.size})
+    for scheme in progress(args.schemes.split(","), comm, "schemes"):
+        curve = run_scheme(scheme, args, comm, duration, args.slice,
+                           accuracy=acc if scheme == "aware" else None)
+        curves[scheme] = curve
+        if comm.rank == 0:
+            rows.append({"part": "schemes", "scheme": scheme,
+                         "slice": args.slice,
+                         "value": len(curve) / duration,
+                         "unit": "iterations/s", "ranks": comm.size})
+    if comm.rank == 0:
+        base = {r["scheme"]: r["value"] for r in rows
+                if r["part"] == "schemes"}
+        for s in ("aware", "oracle"):
+            if s in base and "average" in base:
+                rows.append({"part": "schemes", "scheme": f"{s}/average",
+                             "slice": args.slice,
+                             "value": base[s] / base["average"],
+                             "unit": "speed-up", "ranks": comm.size})
+        if "aware" in base and "oracle" in base:
+            rows.append({"part": "schemes", "scheme": "aware/oracle",
+                         "slice": args.slice,
+                         "value": base["aware"] / base["oracle"],
+                         "unit": "ratio", "ranks": comm.size})
+        if acc:
+            rows.append({"part": "accuracy", "scheme": "aware",
+                         "slice": args.slice,
+                         "value": float(np.median(acc)),
+                         "unit": "median |S_est - S| / S", "ranks": comm.size})
+            rows.append({"part": "accuracy", "scheme": "aware",
+                         "slice": args.slice,
+                         "value": float(np.mean(np.array(acc) <= 0.10)),
+                         "unit": "share within 10 %", "ranks": comm.size})
+    if args.overhead_iters:
+        with_, without = overhead(args, comm)
+        rows.append({"part": "overhead", "scheme": "average", "slice":
+                     args.slice, "value": 100 * (with_ - without) / without,
+                     "unit": f"% ({with_:.3f} vs {without:.3f} s)",
+                     "ranks": comm.size})
+    emit(rows, ["part", "scheme", "slice", "value", "unit"], args,
+         f"network-aware PS load distribution: {comm.size} ranks, "
+         f"{args.mbytes:g} MB gradients, NICs {args.low:g}-{args.high:g} "
+         f"MB/s redrawn every {args.every:g} s", comm)
+    if args.plot and comm.rank == 0:
+        plot(curves, slices, args)
+    return rows
+
+
+def plot(curves, slices, args):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot needs matplotlib: pip install 'partialcoll[bench]'")
+        return
+    fig, axes = plt.subplots(1, 2 if slices else 1, figsize=(11, 3.8),
+                             squeeze=False)
+    ax = axes[0][0]
+    for scheme, curve in curves.items():
+        ends = np.array([t + dt for t, dt in curve])
+        edges = np.arange(0, args.every * args.redraws + 1e-9, args.every)
+        counts, _ = np.histogram(ends, bins=edges)
+        ax.step(edges[:-1], counts / args.every, where="post",
+                label=scheme)
+    ax.set_xlabel("time (s); rates redrawn at each step")
+    ax.set_ylabel("iterations / s")
+    ax.set_title("throughput over time, same rate trace")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    if slices:
+        ax = axes[0][1]
+        ax.plot([s for s, _ in slices], [t for _, t in slices], "o-")
+        ax.set_xscale("log")
+        ax.set_xlabel("slice size (elements)")
+        ax.set_ylabel("median iteration time (s)")
+        ax.set_title("slice granularity (aware, one draw)")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=120)
+    plt.close(fig)
+    print(f"plot written to {args.plot}")
+
+
+def main(argv=None):
+    return cli(sys.modules[__name__], "aware", argv)

@@ -1,0 +1,272 @@
+"""Function forms of the partial collectives for mpi4py programs, and the
+collective ways to flush and close partial collective objects.
+
+``solo_allreduce(x)``, ``majority_allreduce(x)``, ``quorum_allreduce(x, k)``
+keep one persistent object per signature (communicator, shape, dtype, op,
+memory, options), at most :data:`FORMS_PER_COMM` per communicator (least
+recently used first).  Like every MPI collective they must be called in the
+same order on every rank, which makes all of the following deterministic.
+
+The rule "flush a majority or quorum object before another collective" (a
+rank inside a call may be waiting for one that has moved on) is kept for
+them by the library wherever it can see the next collective:
+
+* every library collective on the communicator (``allreduce``,
+  ``iallreduce``, creating a partial object, a function-form call of another
+  signature) first flushes the majority/quorum function forms called since
+  their last flush (a ``before_collective`` hook of :mod:`.._comm`);
+* evicting a form from the cache closes it;
+* ``with partials(comm):`` flushes and closes them at exit.
+
+What such an automatic flush returns is not lost: it is held and combined
+into that signature's next result (as catch-up combines missed rounds), or
+returned by :func:`flush_partials` / :func:`close_partials`.
+
+What remains the user's job: an mpi4py collective (``comm.Barrier()``,
+``comm.allreduce``) cannot be intercepted; call ``flush_partials(comm)``
+first, or use the context manager around the loop.
+"""
+import collections
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import _comm, _device
+from ..ops import OPS, as_op
+from . import _rounds
+from .partial import make_rounds
+
+SUM = OPS["SUM"]
+
+#: function-form objects kept per communicator (least recently used first)
+FORMS_PER_COMM = 16
+
+
+class _Form:
+    """One cached function-form object and what an automatic flush held
+    back for its next result."""
+
+    __slots__ = ("key", "rounds", "dirty", "held", "created")
+
+    def __init__(self, key, rounds, created):
+        self.key, self.rounds, self.created = key, rounds, created
+        self.dirty = False            # called since its last flush
+        self.held = None              # a Result for the next call
+
+
+class _Forms:
+    """The function forms of one library communicator."""
+
+    def __init__(self):
+        self.cache = collections.OrderedDict()     # key -> _Form, LRU first
+        self.held = {}          # key -> (label, Result) of an evicted form
+        self.created = 0
+
+
+def _forms(lc):
+    forms = lc.cache.get("partial.forms")
+    if forms is None:
+        forms = lc.cache["partial.forms"] = _Forms()
+    return forms
+
+
+def _merge(first, later, combine):
+    """``first`` then ``later`` as one result (None-safe)."""
+    if first is None or later is None:
+        return later if first is None else first
+    data = later.data.copy()
+    combine(first.data, later.data, out=data)
+    return _rounds.Result(data, later.included, later.round, later.active,
+                          first.rounds + later.rounds, later.sync)
+
+
+def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
+    comm = MPI.COMM_WORLD if comm is None else comm
+    backend = _device.backend_of(sendbuf)
+    mem = backend or _device.HOST
+    device = backend and backend.device_id(sendbuf)
+    x = _device.flat_in_place(sendbuf, mem, device, "sendbuf", name)
+    shape = x.shape if backend is None and \
+        not isinstance(sendbuf, np.ndarray) else sendbuf.shape
+    op = as_op(op)
+    key = (kind, shape, x.dtype.str, op.name, mem.name, device,
+           tuple(sorted(kw.items())))
+    lc = _comm.library_comm(comm)
+    lc.before_collective(keep=key)          # flush the other signatures
+    forms = _forms(lc)
+    form = forms.cache.get(key)
+    if form is None:
+        form = _new_form(lc, forms, key, kind, name, mem.empty(shape, x.dtype),
+                         op, comm, kw)
+    forms.cache.move_to_end(key)
+    res = form.rounds.start(form.rounds.take_buffer(x)).wait()
+    form.dirty = True
+    if form.held is not None:
+        res, form.held = _merge(form.held, res, form.rounds._combine), None
+    if recvbuf is not None:
+        out = _device.flat_in_place(recvbuf, mem, device, "recvbuf", name)
+        out[...] = res.data.reshape(-1)
+        res.data = recvbuf
+    return res
+
+
+def _new_form(lc, forms, key, kind, name, like, op, comm, kw):
+    """Make the object of a new signature, evicting (closing) the least
+    recently used one when the cache is full."""
+    while len(forms.cache) >= FORMS_PER_COMM:
+        old = forms.cache.popitem(last=False)[1]
+        forms.held[old.key] = (old.rounds.label, _merge(
+            old.held, old.rounds.close(), old.rounds._combine))
+    rounds = make_rounds(kind, name, like, op, comm, seed=kw.get("seed", 0),
+                         quorum=kw.get("quorum"))
+    opts = "".join(f", {k}={v}" for k, v in sorted(kw.items()))
+    rounds.label = f"{kind}_allreduce({like.dtype}{list(like.shape)}, " \
+                   f"{op.name}{opts})"
+    forms.created += 1
+    form = forms.cache[key] = _Form(key, rounds, forms.created)
+    form.held = forms.held.pop(key, (None, None))[1]
+    return form
+
+
+@_comm.register("before_collective")
+def _flush_waiting_forms(lc, keep=None):
+    """Before a library collective on lc: flush (collectively, in creation
+    order) the majority/quorum forms called since their last flush, but
+    ``keep``; hold what they return for their next result.  Solo callers
+    never wait for another rank, so solo forms need no flush."""
+    forms = lc.cache.get("partial.forms")
+    if not forms:
+        return
+    for form in sorted(forms.cache.values(), key=lambda f: f.created):
+        if form.dirty and form.key != keep and form.rounds.kind != "solo":
+            form.dirty = False
+            form.held = _merge(form.held, form.rounds.flush(),
+                               form.rounds._combine)
+
+
+@_comm.register("on_user_free")
+def _close_forms(lc):
+    # inside the user's collective MPI_Comm_free: every rank closes the same
+    # objects in the same (creation) order; what they still held is lost
+    # (close_partials(comm) before Free returns it)
+    forms = lc.cache.pop("partial.forms", None)
+    if forms:
+        for form in sorted(forms.cache.values(), key=lambda f: f.created):
+            form.rounds.close()
+
+
+def _library_comms(comm):
+    """[lc] of ``comm`` (or every live one when None)."""
+    if comm is None:
+        return _comm.live()
+    lc = _comm.find(comm)
+    return [lc] if lc is not None else []
+
+
+def _settle(comm, close):
+    """flush_partials / close_partials: every open object of the chosen
+    library communicators, in creation order (the same on every rank)."""
+    lcs = _library_comms(comm)
+    out = []
+    for r in [r for r in _rounds.open_rounds() if r._lc in lcs]:
+        forms = _forms(r._lc)
+        form = next((f for f in forms.cache.values() if f.rounds is r), None)
+        if form is not None and not close and not form.dirty:
+            res = None                   # nothing of it is pending anywhere
+        else:
+            res = r.close() if close else r.flush()
+        if form is not None:
+            res, form.held, form.dirty = \
+                _merge(form.held, res, r._combine), None, False
+        if res is not None:
+            out.append((r.label, res))
+    for lc in lcs:
+        forms = _forms(lc)
+        out += list(forms.held.values())
+        forms.held.clear()
+        if close:
+            forms.cache.clear()
+    return out
+
+
+def flush_partials(comm=None):
+    """Collective: a synchronous round on every open partial collective
+    object on ``comm`` (None: on every communicator, in creation order):
+    objects you made, objects dropped without ``close()``, and the function
+    forms called since their last flush.  Afterwards no rank is left
+    waiting inside a partial call, so any collective may follow (call it
+    before ``comm.Barrier()`` and other mpi4py collectives after function
+    forms).
+
+    Returns ``[(label, PartialResult)]`` in creation order: what each flush
+    returned (for function forms, with anything an automatic flush held
+    back).  Apply it, or that data is lost.  Example::
+
+        for x in data:
+            res = pc.majority_allreduce(x)
+        for label, res in pc.flush_partials(comm):
+            ...                            # the last pending contributions
+        comm.Barrier()
+    """
+    return _settle(comm, close=False)
+
+
+def close_partials(comm=None):
+    """Collective: close every open partial collective object on ``comm``
+    (None: on every communicator), in creation order: objects you made
+    (their handles then say ``closed``), objects dropped without
+    ``close()``, and function forms.  Returns ``[(label, PartialResult)]``:
+    each one's final result (see :func:`flush_partials`)."""
+    return _settle(comm, close=True)
+
+
+class partials:
+    """Context manager: at exit, :func:`close_partials` of ``comm`` (None:
+    every communicator); its results are then in ``.results``.  Nothing is
+    left waiting or open, whatever collective follows.
+
+    Example::
+
+        with pc.partials(comm) as scope:
+            for x in data:
+                pc.majority_allreduce(x, comm=comm)
+        final = scope.results      # [(label, PartialResult)]
+        comm.Barrier()
+    """
+
+    def __init__(self, comm=None):
+        self.comm, self.results = comm, None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.results = close_partials(self.comm)
+
+
+def solo_allreduce(sendbuf, recvbuf=None, op=SUM, comm=None):
+    """Solo allreduce for mpi4py programs: reuses one persistent
+    :class:`SoloAllreduce` per (comm, shape, dtype, op) (see the module
+    docstring for flushing, closing and the cache).  Returns a
+    :class:`PartialResult` (``recvbuf``, if given, receives ``res.data``).
+
+    Example::
+
+        res = pc.solo_allreduce(grad)      # res.data, res.active, ...
+    """
+    return _function_form("solo", "SoloAllreduce", sendbuf, recvbuf, op, comm)
+
+
+def majority_allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, seed=0):
+    """Majority allreduce for mpi4py programs (see :func:`solo_allreduce`).
+    Before an mpi4py collective on the same ranks, call
+    :func:`flush_partials` (or use :class:`partials`)."""
+    return _function_form("majority", "MajorityAllreduce", sendbuf, recvbuf,
+                          op, comm, seed=seed)
+
+
+def quorum_allreduce(sendbuf, quorum, recvbuf=None, op=SUM, comm=None):
+    """Quorum(k) allreduce for mpi4py programs (see
+    :func:`majority_allreduce`)."""
+    return _function_form("quorum", "QuorumAllreduce", sendbuf, recvbuf, op,
+                          comm, quorum=quorum)

@@ -1,0 +1,276 @@
+"""Load-balanced allreduce for parameter servers over heterogeneous links:
+the schedules, the measurements and the scheduler (section 3 of Cai et al.;
+the algorithms are in :mod:`.plan`).
+
+One call averages a vector over the ranks.  Every rank is a worker and,
+beside it, a server (3.3).  The vector is cut into slices (Algorithm 2); the
+server that owns a slice receives it from every other worker (PUSH, an
+uneven reduce-scatter), averages it and sends the average back to them
+(PULL, an uneven allgather).  A slice's PULL starts as soon as its own PUSH
+is complete, so PUSH and PULL overlap slice by slice (3.1)::
+
+    worker r -> server j:   forecast | probe slices | data slices   (PUSH)
+    server j -> worker r:   averaged slices, each as soon as it is ready (PULL)
+
+Measurement (3.2): before its slices, each worker sends every server a tiny
+*forecast* message on the same FIFO link; the server takes the forecast's
+arrival as the start and the last slice's arrival as the end of the link's
+transfer (bytes / (t_end - t_start) is the paper's s_ij, and every data
+slice counts, not only probes).  A server must be listening when the
+forecast comes, or it would find forecast and slices already there and time
+nothing: so, as in the paper ("after receiving the latest strategy, each
+node transmits"), the plan carries a start time a little ahead
+(``lead``, 5 ms): every rank posts its receives at once and its sends
+wait for that time (a START_AT op).  Spans under 1 ms are not timed.  Servers report (bytes, t_start, t_end) per
+link to the scheduler (rank 0) after every call; it estimates each node's
+throughput S_i (:func:`.plan.link_rates`, averaged over the last ``window``
+calls) and plans the next call's shares with Algorithm 1.  The reports and
+the plan travel on the library's control communicator (reliable, outside
+an emulated network): the scheduler sees only these measurements, never
+the network's configured rates.
+
+Schemes: ``"aware"`` (the above), ``"average"`` (equal shares, the same
+slicing, probes and forecasts: the paper's baseline) and ``"oracle"``
+(Algorithm 1 on the emulated network's true current NIC rates: an upper
+bound for the comparison, not a deployable scheme).
+"""
+import logging
+import math
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import _comm
+from .._errors import ScheduleError
+from ..schedule import Schedule
+from . import plan as planner
+
+log = logging.getLogger("partialcoll")
+
+
+def _now():
+    from .. import _core
+    return _core.now()
+SCHEMES = ("aware", "average", "oracle")
+
+
+class LoadBalancedAllreduce:
+    """Average a float vector over the ranks with network-aware, uneven
+    parameter-server load distribution (see the module docstring).
+
+    Args:
+        like: an array with the vector's size and float dtype.
+        comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
+        scheme: ``"aware"``, ``"average"`` or ``"oracle"``.
+        slice_elems: elements per data slice (the paper's constant: 1.2e5).
+        num_probe, size_probe: probe slices per server and their elements
+            (the paper's defaults: 2 and 10,000); 0 probes: none.
+        measure: send forecasts and measure the links (needed by "aware").
+        threshold: Algorithm 1 stops when max t - min t <= threshold max t.
+        window: calls whose measurements the throughput estimate averages.
+
+    Creating it and ``close()`` are collective; so is every call.
+    Example::
+
+        lb = LoadBalancedAllreduce(grad, scheme="aware")
+        for step in range(steps):
+            lb(grad)                  # grad is now the average (in place)
+        print(lb.plan["shares"], lb.rates["S"])
+        lb.close()
+    """
+
+    def __init__(self, like, comm=None, scheme="aware", slice_elems=120_000,
+                 num_probe=2, size_probe=10_000, measure=True,
+                 threshold=0.01, window=3, lead=0.005):
+        like = np.asarray(like)
+        if like.dtype.kind != "f":
+            raise ScheduleError(f"LoadBalancedAllreduce averages float "
+                                f"arrays, not {like.dtype}")
+        if scheme not in SCHEMES:
+            raise ScheduleError(f"scheme must be one of {SCHEMES}")
+        if scheme == "aware" and not measure:
+            raise ScheduleError("the aware scheme needs measure=True")
+        if slice_elems < 1 or num_probe < 0 or size_probe < 1 or \
+                not 0 < threshold < 1 or window < 1:
+            raise ScheduleError("slice_elems >= 1, num_probe >= 0, "
+                                "size_probe >= 1, 0 < threshold < 1, "
+                                "window >= 1")
+        comm = MPI.COMM_WORLD if comm is None else comm
+        self.n, self.dtype, self.scheme = like.size, like.dtype, scheme
+        self.slice_elems, self.num_probe = int(slice_elems), int(num_probe)
+        self.size_probe, self.measure = int(size_probe), bool(measure)
+        self.threshold, self.window = float(threshold), int(window)
+        self.lead = float(lead)
+        lc = self._lc = _comm.library_comm(comm)
+        lc.before_collective()
+        mine = {"collective": "LoadBalancedAllreduce", "n": self.n,
+                "dtype": self.dtype.str, "scheme": scheme,
+                "slice": self.slice_elems, "probes": (num_probe, size_probe),
+                "measure": measure}
+        _comm.require_same(lc, "LoadBalancedAllreduce", mine)
+        self.size, self.rank = lc.size, lc.rank
+        N = self.size
+        self.max_slices = N * num_probe + -(-self.n // self.slice_elems) + N
+        self._ntags = 2 * self.max_slices + 1
+        self._tag0 = lc.tags.block(self._ntags, "load-balanced allreduce")
+        lc.acquire()
+        self.shares = planner.equal_shares(float(self.n), N)
+        self._history, self._scheds = [], {}
+        self.plan = {"shares": list(self.shares), "slices": []}
+        self.rates = {"S": [math.nan] * N, "reports": {}}
+        self.calls, self._closed = 0, False
+        self._go = None              # the next call's start (pc.now())
+
+    # -- one call -----------------------------------------------------------
+    def __call__(self, x):
+        """Average ``x`` (C-contiguous, the object's size and dtype) over the
+        ranks, in place.  Returns this call's plan (dict)."""
+        if self._closed:
+            raise ScheduleError("this LoadBalancedAllreduce is closed")
+        if not isinstance(x, np.ndarray) or not x.flags.c_contiguous or \
+                not x.flags.writeable or x.size != self.n or \
+                x.dtype != self.dtype:
+            raise ScheduleError(f"needs a writable C-contiguous "
+                                f"{self.dtype}[{self.n}] NumPy array")
+        self._lc.before_collective()
+        if self.size == 1 or self.n == 0:
+            self.calls += 1
+            return self.plan
+        slices = planner.assign_slices(self.n, self.shares, self.slice_elems,
+                                       self.num_probe, self.size_probe)
+        s, meta = self._schedule(tuple(slices))
+        if self._go is None:
+            self._go = self._lc.ctl.bcast(
+                _now() + self.lead if self.rank == 0 else None)
+        meta["go"][0] = self._go
+        s.bind(meta["x"], x.reshape(-1))
+        try:
+            s.post().wait()
+        finally:
+            s.unbind(meta["x"])
+        reports = self._measure(s, meta) if self.measure else {}
+        self.plan = {"shares": list(self.shares), "slices": slices}
+        self._replan(reports)
+        self.calls += 1
+        return self.plan
+
+    def _schedule(self, slices):
+        """The schedule of a slicing (cached: plans repeat when stable)."""
+        hit = self._scheds.get(slices)
+        if hit is not None:
+            return hit
+        if len(self._scheds) >= 4:           # keep a few, free the oldest
+            old = next(iter(self._scheds))
+            self._scheds.pop(old)[0].free()
+        built = self._build(slices)
+        self._scheds[slices] = built
+        return built
+
+    def _build(self, slices):
+        N, r, K = self.size, self.rank, self.max_slices
+        t_push, t_pull, t_fc = self._tag0, self._tag0 + K, self._tag0 + 2 * K
+        s = Schedule(self._lc.comm)
+        X = s.buffer(dtype=self.dtype, size=self.n, name="x")
+        own = [(k, a, c) for k, (a, c, o, _) in enumerate(slices) if o == r]
+        tmp = s.buffer(np.zeros(max((N - 1) * sum(c for _, _, c in own), 1),
+                                self.dtype), name="incoming")
+        fc = s.buffer(np.zeros(N, self.dtype), name="forecasts")
+        go = np.zeros(1)
+        start = s.start_at(s.buffer(go, name="go")[0:1])
+        peers = [j for j in range(N) if j != r]
+        if self.measure:                     # forecasts lead each link
+            for j in peers:
+                s.send(fc[r:r + 1], j, tag=t_fc, after=[start])
+        pushed = {}
+        for k, (a, c, o, _) in enumerate(slices):
+            if o != r:
+                pushed[k] = s.send(X[a:a + c], o, tag=t_push + k,
+                                   after=[start])
+        fcast = {j: s.recv(fc[j:j + 1], j, tag=t_fc) for j in peers} \
+            if self.measure else {}
+        last_in, off = {j: [] for j in peers}, 0
+        for k, a, c in own:                  # server: aggregate, then PULL
+            recvs, reds = [], []
+            for j in peers:
+                rv = s.recv(tmp[off:off + c], j, tag=t_push + k)
+                reds.append(s.reduce(X[a:a + c], tmp[off:off + c],
+                                     after=[rv]))
+                recvs.append(rv)
+                last_in[j].append(rv)
+                off += c
+            join = s.nop(after=recvs)
+            avg = s.scale(X[a:a + c], count_of=join, add=1,
+                          after=reds + [join])
+            for j in peers:
+                s.send(X[a:a + c], j, tag=t_pull + k, after=[avg])
+        for k, (a, c, o, _) in enumerate(slices):    # worker: PULL
+            if o != r:
+                s.recv(X[a:a + c], o, tag=t_pull + k, after=[pushed[k]])
+        s.commit()
+        nbytes = sum(c for _, _, c in own) * self.dtype.itemsize
+        return s, {"x": X, "go": go, "forecast": fcast, "last": last_in,
+                   "bytes": nbytes}
+
+    # -- measuring and planning -----------------------------------------
+    def _measure(self, s, meta):
+        """This server's link reports {(i, me): (bytes, t_start, t_end)}."""
+        t = s.outcomes().t_done
+        out = {}
+        for j, f in meta["forecast"].items():
+            ends = [t[op] for op in meta["last"][j]]
+            if ends and meta["bytes"] and max(ends) - t[f] > 1e-3 and \
+                    t[f] > 0:
+                out[(j, self.rank)] = (meta["bytes"], float(t[f]),
+                                       float(max(ends)))
+        return out
+
+    def _replan(self, reports):
+        ctl, N = self._lc.ctl, self.size
+        gathered = ctl.gather(reports, root=0)
+        shares = None
+        if self.rank == 0:
+            allrep = {k: v for part in gathered for k, v in part.items()}
+            self.rates["reports"] = allrep
+            if allrep:
+                out, inn = planner.link_rates(allrep)
+                self._history.append(planner.node_throughput(out, inn))
+                self._history = self._history[-self.window:]
+                self.rates["S"] = [float(np.mean(col))
+                                   for col in zip(*self._history)]
+                self.rates["out"], self.rates["in"] = out, inn
+            shares = (self._shares(), _now() + self.lead)
+        self.shares, self._go = ctl.bcast(shares, root=0)
+        self.rates = ctl.bcast(self.rates, root=0)
+
+    def _shares(self):
+        M, N = float(self.n), self.size
+        if self.scheme == "average":
+            return planner.equal_shares(M, N)
+        if self.scheme == "oracle":
+            from .. import network
+            S = [min(network.nic_rate(i, "out")[0],
+                     network.nic_rate(i, "in")[0]) for i in range(N)]
+            S = [s if math.isfinite(s) else 1e12 for s in S]
+        else:
+            S = self.rates["S"]
+            if any(math.isnan(s) for s in S):
+                return planner.equal_shares(M, N)
+        return planner.distribute(M, S, self.threshold)[0]
+
+    # -- housekeeping -----------------------------------------------------
+    def close(self):
+        """Collective: free the schedules and the tags.  Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for s, _ in self._scheds.values():
+            s.free()
+        self._scheds.clear()
+        self._lc.tags.give_back(self._tag0, self._ntags)
+        self._lc.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

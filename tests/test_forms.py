@@ -1,0 +1,144 @@
+"""Function forms (solo/majority/quorum_allreduce) and the collective ways
+to flush and close partial objects: flush_partials, close_partials,
+partials(); automatic flushes before library collectives; the bounded
+cache."""
+import gc
+import random
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import partialcoll as pc
+from partialcoll import _comm
+from partialcoll.collectives import forms as forms_module
+
+pytestmark = pytest.mark.mpi
+COMM = MPI.COMM_WORLD
+P, RANK = COMM.size, COMM.rank
+WAITING = [("majority", lambda x, **k: pc.majority_allreduce(x, seed=3, **k)),
+           ("quorum", lambda x, **k: pc.quorum_allreduce(x, max(1, P // 2),
+                                                         **k))]
+
+
+def skew(rng, scale=0.002):
+    time.sleep(rng.random() * scale)
+
+
+def settle_all():
+    """Everything still held, summed per buffer size."""
+    out = {}
+    for _, res in pc.close_partials(COMM):
+        n = res.data.size
+        out[n] = out.get(n, 0) + res.data.reshape(-1)
+    return out
+
+
+@pytest.mark.parametrize("name,form", WAITING, ids=[w[0] for w in WAITING])
+def test_library_collectives_flush_waiting_forms_first(name, form):
+    """A rank inside a majority/quorum call may wait for one that went on
+    to pc.allreduce; the allreduce flushes the form first, and what that
+    flush returns comes back with the form's next result."""
+    rng = random.Random(RANK)
+    got = np.zeros(3, np.int64)
+    for step in range(4):
+        for _ in range(15):
+            skew(rng)
+            got += form(np.ones(3, np.int64)).data
+        total = pc.allreduce(np.ones(2), comm=COMM)        # auto-flush
+        assert (total == P).all()
+        req = pc.iallreduce(np.ones(2))                     # auto-flush too
+        req.wait()
+    got += settle_all().get(3, 0)
+    assert (got == 4 * 15 * P).all(), got
+
+
+@pytest.mark.parametrize("name,form", WAITING, ids=[w[0] for w in WAITING])
+def test_another_signature_flushes_the_first(name, form):
+    rng = random.Random(10 + RANK)
+    a, b = np.zeros(3, np.int64), np.zeros(5, np.int64)
+    for _ in range(12):
+        skew(rng)
+        a += form(np.ones(3, np.int64)).data
+        skew(rng)
+        b += form(np.ones(5, np.int64)).data
+    held = settle_all()
+    a += held.get(3, 0)
+    b += held.get(5, 0)
+    assert (a == 12 * P).all() and (b == 12 * P).all(), (a, b)
+
+
+def test_creating_an_object_flushes_waiting_forms():
+    rng = random.Random(20 + RANK)
+    got = np.zeros(2)
+    for i in range(10):
+        skew(rng)
+        got += pc.majority_allreduce(np.ones(2), seed=1).data
+    with pc.SoloAllreduce(np.zeros(7)) as ar:              # auto-flush
+        ar(np.ones(7))
+    got += settle_all().get(2, 0)
+    assert (got == 10 * P).all()
+
+
+def test_form_cache_is_bounded_and_eviction_loses_nothing():
+    limit = forms_module.FORMS_PER_COMM
+    sizes = range(1, limit + 6)
+    got = {n: np.zeros(n) for n in sizes}
+    for rep in range(2):
+        for n in sizes:
+            got[n] += pc.solo_allreduce(np.ones(n)).data
+            cache = _comm.find(COMM).cache["partial.forms"].cache
+            assert len(cache) <= limit
+    for n, data in settle_all().items():
+        got[n] += data
+    for n in sizes:
+        assert (got[n] == 2 * P).all(), (n, got[n])
+
+
+def test_flush_and_close_partials_cover_objects_made_and_dropped():
+    rng = random.Random(30 + RANK)
+    mine = pc.MajorityAllreduce(np.zeros(4), seed=2)
+    mine.label = "mine"
+    dropped = pc.SoloAllreduce(np.zeros(6))
+    got = {4: np.zeros(4), 6: np.zeros(6), 8: np.zeros(8)}
+    for _ in range(10):
+        skew(rng)
+        got[4] += mine(np.ones(4)).data
+        got[8] += pc.quorum_allreduce(np.ones(8), 1).data
+        if RANK or dropped is None:
+            continue
+        got[6] += dropped(np.ones(6)).data
+    if RANK == 0:
+        del dropped                # on rank 0 only; the others still call
+        gc.collect()
+    else:
+        for _ in range(5):
+            got[6] += dropped(np.ones(6)).data
+    flushed = pc.flush_partials(COMM)
+    labels = [label for label, _ in flushed]
+    assert "mine" in labels and any("SoloAllreduce #" in la for la in labels)
+    assert any(la.startswith("quorum_allreduce(float64[8]") for la in labels)
+    COMM.Barrier()                 # safe now: nobody waits in a partial call
+    for _, res in flushed:
+        got[res.data.size] += res.data
+    for n, data in settle_all().items():
+        got[n] += data
+    assert mine.closed
+    assert (got[4] == 10 * P).all() and (got[8] == 10 * P).all()
+    assert (got[6] == 10 + 5 * (P - 1)).all(), got[6]
+
+
+def test_context_manager_closes_and_returns_what_was_left():
+    rng = random.Random(40 + RANK)
+    got = np.zeros(3)
+    with pc.partials(COMM) as scope:
+        for _ in range(20):
+            skew(rng)
+            got += pc.majority_allreduce(np.ones(3), seed=9).data
+    assert scope.results
+    for _, res in scope.results:
+        got += res.data
+    assert (got == 20 * P).all()
+    assert not _comm.find(COMM).cache["partial.forms"].cache
+    COMM.Barrier()
