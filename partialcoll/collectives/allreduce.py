@@ -504,14 +504,17 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
             lc, core, ntags, _ = plan
             # busy (an iallreduce of this signature runs): the pool has
             # another.  Checked before taking a tag block: every rank must
-            # take exactly one per call, busy or not.
-            if _idle(core):
-                lc.before_collective()
-                try:
-                    core.run(sendbuf, recvbuf, lc.tag_block(ntags))
-                    return recvbuf
-                finally:
+            # take exactly one per call, busy or not.  (_idle and
+            # lc.tag_block, inlined: this path is the 8-byte latency.)
+            if core.posted == core.done:
+                if lc.pending:
+                    lc.before_collective()
+                try:        # run() gives the buffers back when it returns
+                    core.run(sendbuf, recvbuf, lc.tags.one_shot(ntags))
+                except BaseException:
                     _unbind(core)
+                    raise
+                return recvbuf
     if _device_of(sendbuf, recvbuf) is not None:
         return iallreduce(sendbuf, recvbuf, op, comm, algorithm,
                           priority).wait()
@@ -537,8 +540,8 @@ def _find_plan(comm, key):
     """The fast-path plan for ``key`` on ``comm`` (None if there is none or
     ``comm`` is not a usable communicator: the slow path says why)."""
     try:
-        lc = _comm.find(comm)
-    except (MPI.Exception, AttributeError):
+        lc = _comm._by_handle.get(comm.handle)      # _comm.find_fast
+    except AttributeError:
         return None
     return lc and lc.cache.get("allreduce.plans", {}).get(key)
 

@@ -101,6 +101,8 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
     forms.cache.move_to_end(key)
     res = form.rounds.start(form.rounds.take_buffer(x)).wait()
     form.dirty = True
+    if form.rounds.kind != "solo":
+        lc.pending = True                   # _flush_waiting_forms has work
     if form.held is not None:
         res, form.held = _merge(form.held, res, form.rounds._combine), None
     if recvbuf is not None:
@@ -142,6 +144,8 @@ def _flush_waiting_forms(lc, keep=None):
             form.dirty = False
             form.held = _merge(form.held, form.rounds.flush(),
                                form.rounds._combine)
+        elif form.dirty and form.rounds.kind != "solo":
+            lc.pending = True                # `keep` still waits for a flush
 
 
 @_comm.register("on_user_free")
