@@ -41,6 +41,8 @@ static struct {
     pc_sched *work, *work_tail, *polled; /* prog */
     pthread_t thread;
     int started, shutdown;
+    int forever;            /* mtx: the thread sleeps until woken */
+    int recheck;            /* mtx: a waiter left; look again before that */
     _Atomic int drivers;
     _Atomic int quiet;                   /* last sweep: nothing outstanding */
     double last_event;
@@ -289,6 +291,7 @@ static void *progress_main(void *arg)
             idle = 0;
             continue;
         }
+        E.recheck = 0;
         pthread_mutex_unlock(&E.mtx);
         pthread_mutex_lock(&E.prog);
         int p = sweep();
@@ -305,7 +308,13 @@ static void *progress_main(void *arg)
             sched_yield();
             pthread_mutex_lock(&E.mtx);
         } else if (us == HUGE_VAL) {
+            if (E.recheck) {        /* the sweep may predate its post */
+                idle = 0;
+                continue;
+            }
+            E.forever = 1;
             pthread_cond_wait(&E.cv, &E.mtx);
+            E.forever = 0;
             idle = 0;
         } else {
             timed_wait(&E.cv, us);
@@ -480,7 +489,7 @@ int pc_engine_open_gate(pc_sched *s, int op, uint64_t round)
  * with nothing ready costs about 0.1 us; a sched_yield about 1 us, which is
  * added to the latency of the message it was waiting for. */
 #ifndef SPIN_SWEEPS
-#define SPIN_SWEEPS 64
+#define SPIN_SWEEPS 16
 #endif
 static void driver_pause(long idle, double us)
 {
@@ -502,16 +511,20 @@ static void driver_pause(long idle, double us)
     nanosleep(&ts, NULL);
 }
 
-/* Does the parked thread need waking now (prog held)?  Work to run, data
- * messages to poll at full speed, or a timer due within its 1 ms park.  Idle
- * receives and far timers are picked up when the park times out. */
-static int thread_needed(void)
+/* Does the thread need waking now (prog held)?  Work to run, data messages
+ * to poll at full speed, or a timer due within its 1 ms park; if it sleeps
+ * until woken (it had nothing when it last looked), also any message in
+ * flight or timer.  Otherwise idle receives and far timers are picked up
+ * when its timed sleep ends. */
+static int thread_needed(int forever)
 {
     if (E.work || E.polled || pc_wire_hot() > 0)
         return 1;
     double next = pc_timers_next(), tp = pc_wire_next_poll();
     if (tp < next)
         next = tp;
+    if (forever)        /* asleep until woken: anything left needs it */
+        return next < HUGE_VAL || pc_wire_outstanding() > 0;
     return next < HUGE_VAL && next - pc_now() < 1e-3;
 }
 
@@ -522,12 +535,16 @@ static int thread_needed(void)
 static void hand_back(void)
 {
     int need = 1;
+    pthread_mutex_lock(&E.mtx);
+    int forever = E.forever;
+    pthread_mutex_unlock(&E.mtx);
     if (pthread_mutex_trylock(&E.prog) == 0) {
-        need = thread_needed();
+        need = thread_needed(forever);
         pthread_mutex_unlock(&E.prog);
     }
     pthread_mutex_lock(&E.mtx);
-    if (need || E.inbox)
+    E.recheck = 1;
+    if (need || E.inbox || E.forever != forever)
         pthread_cond_signal(&E.cv);
     pthread_mutex_unlock(&E.mtx);
 }

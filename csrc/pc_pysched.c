@@ -479,8 +479,10 @@ static PyObject *sched_unlock(SchedObject *self, PyObject *unused)
         return pc_raise(PC_EINVAL, "unlock() without lock() on this thread");
     self->locked = NULL;
     pc_sched_unlock(s);
-    if (!atomic_load(&s->closing))
-        pc_engine_notify(s);       /* locked ops may have been waiting */
+    /* wake the progress thread only when locked ops were deferred: a wake
+     * per unlock (two per partial-collective call) costs a context switch */
+    if (!atomic_load(&s->closing) && atomic_exchange(&s->unlock_wakes, 0))
+        pc_engine_notify(s);
     pc_sched_unref(s);
     Py_RETURN_NONE;
 }

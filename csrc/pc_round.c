@@ -339,6 +339,8 @@ int pc_round_run_ready(pc_sched *s)
         pthread_mutex_unlock(&s->data_mtx);
     }
     s->lock_deferred = s->ndefer > 0;
+    if (s->lock_deferred)
+        atomic_store(&s->unlock_wakes, 1);  /* unlock() should wake us */
     while (s->ndefer > 0)
         heap_push(s, s->defer[--s->ndefer]);
     return rc == PC_OK ? n : -1;

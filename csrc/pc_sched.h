@@ -245,6 +245,8 @@ struct pc_sched {
     /* engine bookkeeping (progress lock; `inbox` under the engine mutex) */
     int on_work, on_inbox, on_poll, registered, cleaned;
     int lock_deferred, again;
+    _Atomic int unlock_wakes;   /* ops wait for the data lock: the
+                                   application's unlock() notifies */
     pc_sched *work_next, *inbox_next, *poll_next, *ep_next;
     void *endpoint;                 /* control channel of comm */
 

@@ -20,7 +20,8 @@ def _world_size():
 def pytest_runtest_setup(item):
     """``@pytest.mark.max_ranks(n)``: skip above n ranks.  For long tests
     whose subject does not depend on P (memory over many rounds, benchmark
-    smoke runs): at P = 5 and 8 they only cost CI time on two cores."""
+    smoke runs, the framework wrappers): at P = 5 and 8 they only cost CI
+    time on two cores."""
     mark = item.get_closest_marker("max_ranks")
     if mark is not None and _world_size() > mark.args[0]:
         pytest.skip(f"runs at P <= {mark.args[0]} only (P-independent, slow)")

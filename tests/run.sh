@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: installs partialcoll with its test extras into a virtual
 # environment, runs the single-process tests once, then the MPI tests under
-# mpiexec at P = 1 2 3 4 5 8.  Every mpiexec has a time limit so a deadlock
+# mpiexec at P = 1 2 3 4 5 8 (tests marked max_ranks(n) skip above n ranks).
+# Every mpiexec has a time limit so a deadlock
 # fails fast.  Usage: bash tests/run.sh   (PARTIALCOLL_VENV picks the venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
