@@ -88,7 +88,8 @@ setup(
     long_description=open("README.md").read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=["partialcoll", "partialcoll.collectives", "partialcoll.eager",
-              "partialcoll.bench", "partialcoll.loadbalance"],
+              "partialcoll.scheduling", "partialcoll.bench",
+              "partialcoll.loadbalance"],
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExt},
     python_requires=">=3.9",
@@ -99,6 +100,9 @@ setup(
         "test": ["pytest", "pytest-mpi", "matplotlib", "scikit-learn"],
         "bench": ["tqdm", "matplotlib", "scikit-learn"],
         "torch": ["torch"],
+        # TicTac's traced models (partialcoll.scheduling.graphs); pick the
+        # torchvision that matches your torch
+        "vision": ["torch", "torchvision"],
         # CuPy's binary wheels are per CUDA major version; pick yours
         "cuda": ["cupy-cuda12x"],
     },

@@ -90,15 +90,18 @@ class Schedule:
             rank; a stamped message with another id (left over from an
             earlier schedule on a communicator with the same context id) is
             dropped.  Collectives draw one at random per object.
+        priority: the priority of every op added without one (a collective
+            built at priority k puts all its messages there).
     """
 
-    def __init__(self, comm=None, persistent=False, stamp_id=0):
+    def __init__(self, comm=None, persistent=False, stamp_id=0, priority=0):
         require_thread_multiple()
         self.comm = MPI.COMM_WORLD if comm is None else comm
         if not isinstance(self.comm, MPI.Comm):
             raise ScheduleError("comm must be an mpi4py communicator")
         self.persistent = bool(persistent)
         self.stamp_id = int(stamp_id) & 0xFFFFFFFFFFFFFFFF
+        self.priority = int(priority)
         self._ops = []          # dicts, in append order
         self._slots = []
         self._arrays = {}       # slot index -> array bound at build time
@@ -163,7 +166,7 @@ class Schedule:
         return self._path
 
     def _add(self, kind, after=(), mode=ALL, optional=False, stamped=False,
-             a=None, b=None, op=None, peer=-1, tag=0, priority=0, need=None,
+             a=None, b=None, op=None, peer=-1, tag=0, priority=None, need=None,
              locked=False, delivered=False, **extra):
         self._check_building()
         deps = [after] if isinstance(after, (int, np.integer)) else list(after)
@@ -190,7 +193,8 @@ class Schedule:
         self._ops.append(dict(kind=kind, deps=[int(d) for d in deps], mode=mode,
                               optional=optional, stamped=stamped, a=a, b=b,
                               op=op, peer=int(peer), tag=int(tag),
-                              priority=int(priority), need=need or 0,
+                              priority=int(self.priority if priority is None
+                                           else priority), need=need or 0,
                               locked=locked, delivered=bool(delivered),
                               **extra))
         return len(self._ops) - 1
@@ -209,7 +213,7 @@ class Schedule:
         return self._add(_C["TRIGGER"], (), ALL, optional)
 
     def send(self, buf=None, peer=0, tag=0, *, after=(), mode=ALL,
-             optional=False, stamped=False, priority=0, order=None,
+             optional=False, stamped=False, priority=None, order=None,
              traffic_class=0, delivered=False):
         """Send ``buf`` (a slot or slot[a:b]) to ``peer``.
 
@@ -236,7 +240,7 @@ class Schedule:
                          delivered=delivered)
 
     def recv(self, buf=None, peer=0, tag=0, *, after=(), mode=ALL,
-             optional=False, stamped=False, priority=0, timeout=None,
+             optional=False, stamped=False, priority=None, timeout=None,
              traffic_class=0, delivered=False):
         """Receive into ``buf`` from ``peer``.  A stamped receive has no
         dependencies and stays posted for the life of the schedule.
@@ -263,7 +267,7 @@ class Schedule:
                          tclass=traffic_class, delivered=delivered)
 
     def delay(self, seconds, *, after=(), mode=ALL, optional=False, need=None,
-              delivered=False, priority=0):
+              delivered=False, priority=None):
         """Completes ``seconds`` after it becomes ready, using no CPU (the
         progress thread sleeps until the earliest deadline): stands in for
         compute.  ``seconds`` is a number, or a one-element float64
@@ -275,7 +279,7 @@ class Schedule:
                          priority=priority)
 
     def start_at(self, when, *, after=(), mode=ALL, optional=False, need=None,
-                 delivered=False, priority=0):
+                 delivered=False, priority=None):
         """Completes at the absolute time ``when`` on the executor's clock
         (:func:`partialcoll.now`, the same on every process of a host), or
         at once if that time has passed.  ``when``: a number or a
@@ -287,7 +291,7 @@ class Schedule:
                          priority=priority)
 
     def gate(self, *, after=(), mode=ALL, optional=False, need=None,
-             delivered=False, priority=0):
+             delivered=False, priority=None):
         """An op that becomes ready by its dependencies but completes only
         when the application opens it: ``op, rnd = s.wait_gate()`` returns
         the next ready gate (blocking, no polling), ``s.open_gate(op, rnd)``

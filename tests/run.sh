@@ -18,6 +18,14 @@ if [ "$TORCH" != skip ] && ! "$VENV/bin/python" -c "import torch" 2>/dev/null; t
     "$VENV/bin/python" -m pip install -q "$TORCH" ||
         echo "warning: could not install $TORCH: the torch tests will skip"
 fi
+# torchvision (its model definitions, for the TicTac graphs) matching that
+# torch; PARTIALCOLL_TORCHVISION is the requirement, or "skip".
+VISION=${PARTIALCOLL_TORCHVISION:-torchvision==0.28.*}
+if [ "$VISION" != skip ] && [ "$TORCH" != skip ] &&
+        ! "$VENV/bin/python" -c "import importlib.util as u; exit(u.find_spec('torchvision') is None)" 2>/dev/null; then
+    "$VENV/bin/python" -m pip install -q --no-deps "$VISION" ||
+        echo "warning: could not install $VISION: the torchvision tests will skip"
+fi
 export PATH="$PWD/$VENV/bin:$PATH"
 cd tests   # import the installed package, not the source tree
 status=0

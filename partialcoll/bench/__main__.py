@@ -2,11 +2,13 @@
 partialcoll.bench``), run under mpiexec."""
 import sys
 
-from . import aware, hyperplane, latency, lstm, netcal, overhead, rps, sweep
+from . import (aware, hyperplane, latency, lstm, netcal, overhead, rps, sweep,
+               tictac, tictac_allreduce)
 
 COMMANDS = {"latency": latency, "sweep": sweep, "overhead": overhead,
             "hyperplane": hyperplane, "lstm": lstm, "netcal": netcal,
-            "rps": rps, "aware": aware}
+            "rps": rps, "aware": aware, "tictac": tictac,
+            "tictac-allreduce": tictac_allreduce}
 
 
 def main(argv=None):

@@ -172,7 +172,7 @@ class Rounds:
                 "dtype": self.dtype.str, "op": self.op.name,
                 "quorum": self.quorum, "seed": self.seed,
                 "catch_up": self.catch_up, "sync_every": self.sync_every,
-                "algorithm": algorithm}
+                "algorithm": algorithm, "priority": self.priority}
         everyone, bad = _comm.disagreements(lc.ctl, mine)
         if bad:
             detail = "; ".join(_comm.per_rank(everyone, k) for k in bad)
@@ -192,7 +192,8 @@ class Rounds:
         self._meta["one"][0] = 1
         lc = self._lc
         stamp_id = lc.ctl.bcast(secrets.randbits(63) if rank == 0 else None)
-        s = self._sched = Schedule(lc.comm, persistent=True, stamp_id=stamp_id)
+        s = self._sched = Schedule(lc.comm, persistent=True, stamp_id=stamp_id,
+                                   priority=self.priority)
         b = {k: s.buffer(v, name=k) for k, v in self._meta.items()}
         pend, idb, acc = (s.buffer(self._pending, name="pending"),
                           s.buffer(self._identity, name="identity"),

@@ -238,17 +238,19 @@ class _Pool:
         self._lru = collections.OrderedDict()   # Schedule -> ((lc, key), bytes)
         self.nbytes = 0
 
-    def get(self, lc, algo, count, dtype, op, inplace, device=None):
+    def get(self, lc, algo, count, dtype, op, inplace, device=None,
+            priority=0):
         """An idle schedule (made if none is idle).  ``device``: (backend,
         device id) for device buffers."""
         path = _device.gpu_path() if device else None
         key = (lc, (algo, count, dtype.str, op.name, inplace,
-                    device and (device[0].name, device[1]), path))
+                    device and (device[0].name, device[1]), path, priority))
         for sched in self._by_key.get(key, ()):
             if _idle(sched._core_sched()):
                 self._lru.move_to_end(sched)
                 return sched
-        sched, nbytes = _build(lc, algo, count, dtype, op, inplace, device)
+        sched, nbytes = _build(lc, algo, count, dtype, op, inplace, device,
+                               priority)
         self._by_key.setdefault(key, []).append(sched)
         self._lru[sched] = (key, nbytes)
         self.nbytes += nbytes
@@ -285,9 +287,9 @@ def _idle(core):
     return core.posted == core.done
 
 
-def _build(lc, algo, count, dtype, op, inplace, device):
+def _build(lc, algo, count, dtype, op, inplace, device, priority=0):
     """A committed schedule for one signature, and its temporary bytes."""
-    s = Schedule(lc.comm)
+    s = Schedule(lc.comm, priority=priority)
     after = ()
     if device:
         s.use_device(*device)
@@ -403,7 +405,7 @@ def _prepare_device(be, sendbuf, recvbuf, op, comm):
     return send, recv, recvbuf, op, comm
 
 
-def _plan(sendbuf, recvbuf, op, comm, algorithm):
+def _plan(sendbuf, recvbuf, op, comm, algorithm, priority=0):
     """Check everything, then pick the schedule and this call's tag block.
     Returns (send, recv, result, schedule or None when there is nothing to
     communicate, tag base)."""
@@ -424,11 +426,12 @@ def _plan(sendbuf, recvbuf, op, comm, algorithm):
     lc.before_collective()
     algo = choose_algorithm(send.nbytes, send.size, lc.size, algorithm)
     sched = _pool.get(lc, algo, send.size, send.dtype, op, send is recv,
-                      be and (be, be.device_id(send)))
+                      be and (be, be.device_id(send)), int(priority))
     return send, recv, result, sched, lc.tag_block(sched.ntags)
 
 
-def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
+def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
+               priority=0):
     """Start a non-blocking allreduce; ``wait()`` returns the result array.
 
     Args:
@@ -443,6 +446,9 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
         algorithm: ``"recursive_doubling"``, ``"ring"`` or
             ``"rabenseifner"`` (default: chosen by size, see
             :func:`choose_algorithm`).
+        priority: the priority of its messages: with a cap on sends in
+            flight (:func:`partialcoll.set_send_cap`), queued messages of
+            concurrent collectives leave lowest number first.
 
     The buffers must stay untouched until ``wait()`` returns (or ``test()``
     says True); from then on partialcoll holds no reference to them.
@@ -454,7 +460,7 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
         total = req.wait()
     """
     send, recv, result, sched, tags = _plan(sendbuf, recvbuf, op, comm,
-                                            algorithm)
+                                            algorithm, priority)
     if sched is None:
         return _Done(result)
     core = sched._core_sched()
@@ -471,7 +477,8 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
     return _AllreduceRequest(sched, core.post(), result, None)
 
 
-def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
+def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
+              priority=0):
     """Blocking allreduce on the executor; returns the result array.
 
     Same arguments as :func:`iallreduce`.  Example::
@@ -489,7 +496,7 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
     if (type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
             and type(op) is Op):
         plan = _find_plan(comm, (sendbuf.dtype, sendbuf.size, op, algorithm,
-                                 sendbuf is recvbuf))
+                                 sendbuf is recvbuf, priority))
         if (plan is not None and recvbuf.dtype == sendbuf.dtype
                 and recvbuf.size == sendbuf.size
                 and (sendbuf is recvbuf
@@ -509,9 +516,10 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
                     raise
                 return recvbuf
     if _device_of(sendbuf, recvbuf) is not None:
-        return iallreduce(sendbuf, recvbuf, op, comm, algorithm).wait()
+        return iallreduce(sendbuf, recvbuf, op, comm, algorithm,
+                          priority).wait()
     send, recv, result, sched, tags = _plan(sendbuf, recvbuf, op, comm,
-                                            algorithm)
+                                            algorithm, priority)
     if sched is None:
         return result
     core = sched._core_sched()
@@ -522,7 +530,8 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None):
     if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
         lc = _comm.library_comm(comm)
         lc.cache.setdefault("allreduce.plans", {})[
-            (send.dtype, send.size, as_op(op), algorithm, send is recv)] = \
+            (send.dtype, send.size, as_op(op), algorithm, send is recv,
+             priority)] = \
             (lc, core, sched.ntags, sched)
     return result
 

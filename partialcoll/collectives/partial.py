@@ -22,7 +22,8 @@ SUM = OPS["SUM"]
 
 
 def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
-                sync_every=None, quorum=None, seed=0, algorithm=None):
+                sync_every=None, quorum=None, seed=0, algorithm=None,
+                priority=0):
     """Check the arguments and make the state of a partial allreduce object
     (:class:`._rounds.Rounds`) shaped like ``like`` (collective)."""
     require_thread_multiple()
@@ -38,6 +39,7 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
             "comm": comm, "catch_up": bool(catch_up), "seed": int(seed),
             "sync_every": None if sync_every is None else int(sync_every),
             "quorum": quorum, "mem": backend or _device.HOST,
+            "priority": int(priority),
             "device": backend and backend.device_id(like)}
     return _rounds.KINDS[kind](like.size, args, algorithm)
 
@@ -46,7 +48,8 @@ class PartialAllreduce:
     """Base of the partial allreduce objects.
 
     Not thread-safe: call one object from one thread.  Creating, ``flush()``
-    and ``close()`` are collective over ``comm``.  Attributes: ``shape``,
+    and ``close()`` are collective over ``comm``.  ``priority``: of its
+    messages (see :func:`partialcoll.iallreduce`).  Attributes: ``shape``,
     ``dtype``, ``op``, ``comm``, ``size``, ``rank``, ``catch_up``,
     ``sync_every``, ``seed``, ``quorum``.
     """
@@ -54,10 +57,10 @@ class PartialAllreduce:
     kind = None
 
     def __init__(self, like, op=SUM, comm=None, catch_up=True, sync_every=None,
-                 *, quorum=None, seed=0, algorithm=None):
+                 *, quorum=None, seed=0, algorithm=None, priority=0):
         self._rounds = make_rounds(self.kind, type(self).__name__, like, op,
                                    comm, catch_up, sync_every, quorum, seed,
-                                   algorithm)
+                                   algorithm, priority)
         for k in ("shape", "dtype", "op", "comm", "catch_up", "seed",
                   "sync_every", "quorum", "size", "rank"):
             setattr(self, k, getattr(self._rounds, k))
@@ -150,6 +153,6 @@ class QuorumAllreduce(PartialAllreduce):
     kind = "quorum"
 
     def __init__(self, like, quorum, op=SUM, comm=None, catch_up=True,
-                 sync_every=None, *, algorithm=None):
+                 sync_every=None, *, algorithm=None, priority=0):
         super().__init__(like, op, comm, catch_up, sync_every, quorum=quorum,
-                         algorithm=algorithm)
+                         algorithm=algorithm, priority=priority)

@@ -19,7 +19,7 @@ from mpi4py import MPI
 from .. import _comm, _device
 from .._buffers import as_array
 from .._errors import ScheduleError
-from ..collectives.allreduce import allreduce
+from ..collectives.allreduce import allreduce, iallreduce
 from ..collectives.partial import (MajorityAllreduce, QuorumAllreduce,
                                    SoloAllreduce)
 
@@ -80,7 +80,14 @@ class _Bucket:
         self.members = members              # [(index, offset, size, shape)]
         self.size = sum(m[2] for m in members)
         self.send = mem.full(self.size, 0, self.dtype)
-        self.coll = None                    # the partial allreduce object
+        self.priority = 0                   # of its messages (lower first)
+        self.parts = [(0, self.size)]       # slices, one collective each
+        self.colls = []                     # partial allreduce per part
+
+    @property
+    def coll(self):
+        """The partial allreduce of the (first) part; None in sync modes."""
+        return self.colls[0] if self.colls else None
 
 
 class EagerAverager:
@@ -110,6 +117,15 @@ class EagerAverager:
             gradients travel as float32), and results come back in it.
         seed: majority mode's seed for drawing initiators.
         names: a name per gradient, used in error messages.
+        priorities: a number per gradient, lower = needed sooner by the
+            next forward pass (e.g. from :mod:`partialcoll.scheduling`'s
+            planner); a bucket's messages take its smallest member's number
+            and concurrent buckets leave lowest first where a cap on sends
+            in flight queues them (:func:`partialcoll.set_send_cap`).
+            ``"solo"`` and ``"sync"`` only.  None: all 0 (FIFO).
+        partition_bytes: cut every bucket into collectives of at most this
+            many bytes (same priority), so a bucket already on the wire
+            holds a more urgent one back for one piece at most.
         device: a device (CuPy) array on the GPU the buffers should live on,
             for ``(shape, dtype)`` templates; device templates imply it.
 
@@ -119,7 +135,8 @@ class EagerAverager:
     _created = 0
 
     def __init__(self, templates, mode="solo", sync_every=None, comm=None,
-                 bucket_bytes=None, seed=0, names=None, device=None):
+                 bucket_bytes=None, seed=0, names=None, device=None, *,
+                 priorities=None, partition_bytes=None):
         comm = MPI.COMM_WORLD if comm is None else comm
         if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
             raise ScheduleError(f"comm must be an mpi4py communicator, "
@@ -152,19 +169,28 @@ class EagerAverager:
         self.specs = specs
         self.sync_every = None if sync_every is None else int(sync_every)
         lc = _comm.library_comm(comm)
-        self._check_same_everywhere(lc.ctl, bucket_bytes, seed)
+        if priorities is not None or partition_bytes is not None:
+            _check_priorities(self.mode, priorities, partition_bytes, specs)
+        self._check_same_everywhere(
+            lc.ctl, bucket_bytes, seed,
+            None if priorities is None else [int(p) for p in priorities],
+            partition_bytes)
         self.comm = comm
         self._lc = lc.acquire()     # its control duplicate, until close()
         self._buckets = _plan_buckets(specs, bucket_bytes, self._mem)
+        _prioritise(self._buckets, priorities, partition_bytes)
         if self.mode not in SYNC_MODES:
             kw = {"comm": comm, "sync_every": self.sync_every}
             for b in self._buckets:
-                if self.mode == "solo":
-                    b.coll = SoloAllreduce(b.send, **kw)
-                elif self.mode == "majority":
-                    b.coll = MajorityAllreduce(b.send, seed=seed, **kw)
-                else:
-                    b.coll = QuorumAllreduce(b.send, self.mode, **kw)
+                for lo, hi in b.parts:
+                    part, kw["priority"] = b.send[lo:hi], b.priority
+                    if self.mode == "solo":
+                        b.colls.append(SoloAllreduce(part, **kw))
+                    elif self.mode == "majority":
+                        b.colls.append(MajorityAllreduce(part, seed=seed,
+                                                         **kw))
+                    else:
+                        b.colls.append(QuorumAllreduce(part, self.mode, **kw))
         self.steps = 0              # steps taken by this rank
         self.included = 0           # steps whose gradient was in their update
         self.rounds = 0             # rounds applied (flushes included)
@@ -174,12 +200,14 @@ class EagerAverager:
         EagerAverager._created += 1
         self._order = EagerAverager._created    # the same on every rank
 
-    def _check_same_everywhere(self, comm, bucket_bytes, seed):
+    def _check_same_everywhere(self, comm, bucket_bytes, seed, priorities,
+                               partition_bytes):
         mine = {"gradients": [(n, s, d.str) for n, (s, d) in
                               zip(self.names, self.specs)],
                 "memory": self._mem.name,
                 "mode": self.mode, "sync_every": self.sync_every,
-                "bucket_bytes": bucket_bytes, "seed": seed}
+                "bucket_bytes": bucket_bytes, "seed": seed,
+                "priorities": priorities, "partition_bytes": partition_bytes}
         everyone, bad = _comm.disagreements(comm, mine)
         if not bad:
             return
@@ -204,23 +232,20 @@ class EagerAverager:
         for b in self._buckets:
             _pack(b, grads, self.specs, self.names, self._mem, self._device)
         self.steps += 1
-        if self.mode in SYNC_MODES:
-            self._lc.before_collective()    # (sync: allreduce does it too)
+        if self.mode == "sync":
+            out = _sync_buckets(self._buckets, self._mem, self.comm)
+            info = StepInfo(self.steps, self.size, True, 1, self.steps - 1)
+        elif self.mode in SYNC_MODES:
+            self._lc.before_collective()
             out = []
-            for b in self._buckets:
-                if self.mode == "sync":
-                    r = self._mem.empty(b.size, b.dtype)
-                    allreduce(b.send, r, comm=self.comm)
-                else:           # MPI_Allreduce, on a host copy for devices
-                    r = self._mem.host(b.send).copy()
-                    self._lc.ctl.Allreduce(MPI.IN_PLACE, r, op=MPI.SUM)
-                    r = self._mem.from_host(r)
-                out.append(r)
+            for b in self._buckets:     # MPI_Allreduce, on a host copy
+                r = self._mem.host(b.send).copy()
+                self._lc.ctl.Allreduce(MPI.IN_PLACE, r, op=MPI.SUM)
+                out.append(self._mem.from_host(r))
             info = StepInfo(self.steps, self.size, True, 1, self.steps - 1)
         else:
-            reqs = [b.coll.start(b.send) for b in self._buckets]
-            res = [r.wait() for r in reqs]
-            out = [r.data.reshape(-1) for r in res]
+            res, out = _partial_buckets(self._buckets, self._mem,
+                                        lambda c, part: c.start(part))
             info = StepInfo(self.steps, min(r.active for r in res),
                             all(r.included for r in res),
                             max(r.rounds for r in res),
@@ -241,8 +266,8 @@ class EagerAverager:
         self._check_open()
         if self.mode in SYNC_MODES:
             return None
-        res = [b.coll.flush() for b in self._buckets]
-        out = [r.data.reshape(-1) for r in res]
+        res, out = _partial_buckets(self._buckets, self._mem,
+                                    lambda c, part: c.flush())
         xp = self._mem.xp
         anything = int(any(r.rounds and bool(xp.any(d != 0))
                            for r, d in zip(res, out)))
@@ -260,8 +285,8 @@ class EagerAverager:
             return None
         final = self.flush()
         for b in self._buckets:
-            if b.coll is not None:
-                b.coll.close()
+            for c in b.colls:
+                c.close()
         self._lc.release()
         self._closed = True
         return final
@@ -362,6 +387,77 @@ def _pack(b, grads, specs, names, mem, device):
             raise ScheduleError(f"gradient {names[i]} has {a.size} elements, "
                                 f"expected {n} (shape {shape})")
         b.send[off:off + n] = a.reshape(-1)
+
+
+# -- priorities and partitions (TicTac for allreduce) ------------------------
+def _check_priorities(mode, priorities, partition_bytes, specs):
+    if mode not in ("solo", "sync"):
+        raise ScheduleError("priorities and partition_bytes work with 'solo' "
+                            "and 'sync' modes only")
+    if priorities is not None and len(list(priorities)) != len(specs):
+        raise ScheduleError(f"priorities: one number per gradient "
+                            f"({len(specs)}), got {len(list(priorities))}")
+    if partition_bytes is not None and int(partition_bytes) < 1:
+        raise ScheduleError("partition_bytes must be a positive integer or "
+                            "None")
+
+
+def _prioritise(buckets, priorities, partition_bytes):
+    """A bucket's priority is its most urgent member's; a bucket over
+    ``partition_bytes`` is cut into equal slices (one collective each)."""
+    for b in buckets:
+        if priorities is not None:
+            b.priority = min(int(priorities[i]) for i, *_ in b.members)
+        if partition_bytes:
+            per = max(1, int(partition_bytes) // b.dtype.itemsize)
+            n = -(-b.size // per)
+            cuts = [b.size * k // n for k in range(n + 1)]
+            b.parts = [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
+
+
+def _by_priority(buckets):
+    """(bucket, part index) pairs, most urgent first (the same on every
+    rank: priorities are checked to agree), so with no cap on sends the
+    wire still takes them in that order."""
+    return sorted(((b, j) for b in buckets for j in range(len(b.parts))),
+                  key=lambda bj: bj[0].priority)
+
+
+def _sync_buckets(buckets, mem, comm):
+    """Every part of every bucket as a concurrent iallreduce at its
+    bucket's priority; returns one reduced buffer per bucket.  A single
+    part takes the blocking allreduce (its cached fast path)."""
+    out = [mem.empty(b.size, b.dtype) for b in buckets]
+    if len(buckets) == 1 and len(buckets[0].parts) == 1:
+        allreduce(buckets[0].send, out[0], comm=comm,
+                  priority=buckets[0].priority)
+        return out
+    where = {id(b): r for b, r in zip(buckets, out)}
+    reqs = [iallreduce(b.send[lo:hi], where[id(b)][lo:hi], comm=comm,
+                       priority=b.priority)
+            for b, j in _by_priority(buckets) for lo, hi in [b.parts[j]]]
+    for r in reqs:
+        r.wait()
+    return out
+
+
+def _partial_buckets(buckets, mem, call):
+    """``call(collective, part)`` for every part (most urgent first): a
+    request (waited for after all started) or a result.  Returns (results,
+    one buffer per bucket)."""
+    got = {}
+    for b, j in _by_priority(buckets):
+        lo, hi = b.parts[j]
+        got[(id(b), j)] = call(b.colls[j], b.send[lo:hi])
+    for key, h in got.items():
+        got[key] = h.wait() if hasattr(h, "wait") else h
+    res, out = [], []
+    for b in buckets:
+        parts = [got[(id(b), j)] for j in range(len(b.parts))]
+        res += parts
+        flat = [r.data.reshape(-1) for r in parts]
+        out.append(flat[0] if len(flat) == 1 else mem.xp.concatenate(flat))
+    return res, out
 
 
 def _describe_gradient_mismatch(per_rank):

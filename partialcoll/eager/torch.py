@@ -93,6 +93,15 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         bucket_bytes: split the fused gradient buffer into buckets of about
             this many bytes (one partial allreduce each).  None: one.
         seed: majority mode's seed for drawing initiators.
+        priorities: ``{parameter name: number}``, lower = needed sooner by
+            the next forward pass, e.g.
+            :func:`partialcoll.scheduling.graphs.parameter_priorities`
+            (TicTac's planner on the traced model); each bucket's messages
+            take its most urgent member's number (parameters not named:
+            last).  Takes effect on the wire with a cap on sends in flight
+            (``pc.set_send_cap(1)``).  ``"solo"`` and ``"sync"`` only.
+        partition_bytes: cut buckets into collectives of at most this many
+            bytes, so an urgent bucket waits for one piece at most.
 
     ``step()`` averages the gradients across ranks (summed over the
     processes, divided by the world size, stale ones included) and then
@@ -104,7 +113,8 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     """
 
     def __init__(self, optimizer, named_parameters=None, mode="solo",
-                 sync_every=None, comm=None, bucket_bytes=None, seed=0):
+                 sync_every=None, comm=None, bucket_bytes=None, seed=0, *,
+                 priorities=None, partition_bytes=None):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ScheduleError(f"EagerOptimizer wraps a torch.optim.Optimizer,"
                                 f" not {type(optimizer).__name__}")
@@ -125,9 +135,11 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             import cupy
             with cupy.cuda.Device(self._gpu.index):
                 device = cupy.empty(0)
-        self.averager = EagerAverager(templates, mode, sync_every, comm,
-                                      bucket_bytes, seed,
-                                      [n for n, _ in self._named], device)
+        self.averager = EagerAverager(
+            templates, mode, sync_every, comm, bucket_bytes, seed,
+            [n for n, _ in self._named], device,
+            priorities=_numbers(self._named, priorities),
+            partition_bytes=partition_bytes)
         _OPTIMIZERS.add(self)
         self._ready = True
 
@@ -183,6 +195,22 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
 
     def __repr__(self):
         return f"EagerOptimizer(mode={self.mode!r}, {self.optimizer!r})"
+
+
+def _numbers(named, priorities):
+    """Per-parameter numbers in ``named`` order from {name: number}
+    (unnamed: after every named one); None stays None."""
+    if priorities is None:
+        return None
+    if not isinstance(priorities, dict):
+        raise ScheduleError("priorities must be a dict {parameter name: "
+                            "number}")
+    unknown = sorted(set(priorities) - {n for n, _ in named})
+    if unknown:
+        raise ScheduleError(f"priorities name parameters the optimizer does "
+                            f"not average: {unknown[:4]}")
+    last = max(priorities.values(), default=0) + 1
+    return [int(priorities.get(n, last)) for n, _ in named]
 
 
 def _check_named(optimizer, named_parameters):
