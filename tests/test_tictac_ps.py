@@ -71,7 +71,9 @@ def test_the_wire_follows_the_numbers_and_data_arrives(link, task):
         assert r["transfers"] == model.n and r["out_of_order"] == 0, r
         assert r["T"] > 0 and r["N"] > 0 and r["C"] > 0
         want_c = model.compute_time(task)
-        assert r["C"] == pytest.approx(want_c, rel=0.5, abs=0.01), r
+        # a DELAY never ends early; late it may be, by as much as the OS
+        # takes to run the rank again (3+ ranks share 2 cores in CI)
+        assert want_c * 0.95 <= r["C"] <= 3 * want_c + 0.05, r
     tl = pc.timeline.Timeline(res["timeline"])
     for (w, it), numbers in res["orders"].items():
         xs = sorted((x for x in tl.transfers() if x["src"] == 0 and
