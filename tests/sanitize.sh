@@ -37,8 +37,11 @@ rm -rf "$OUT" && mkdir -p "$OUT/lib"
 export PATH="$PWD/$VENV/bin:$PATH"
 CFLAGS="$FLAGS" LDFLAGS="$FLAGS" "$PY" setup.py -q build_ext \
     --build-lib "$OUT/lib" --build-temp "$OUT/tmp" >/dev/null
-cp -r partialcoll/*.py partialcoll/collectives partialcoll/eager \
-      partialcoll/bench "$OUT/lib/partialcoll/"
+# every Python subpackage, next to the sanitized extension
+for d in partialcoll/*/; do
+    [ -e "$d/__init__.py" ] && cp -r "${d%/}" "$OUT/lib/partialcoll/"
+done
+cp partialcoll/*.py "$OUT/lib/partialcoll/"
 # timing tests skip: a sanitizer slows everything down several times
 export PYTHONPATH="$OUT/lib" LD_PRELOAD="$RT" PARTIALCOLL_SANITIZED=1
 TESTS="test_core_lifecycle.py test_ops_timed.py test_schedule_unit.py
