@@ -437,6 +437,14 @@ void pc_engine_gate_ready(pc_sched *s, int op)
     pthread_mutex_unlock(&E.mtx);
 }
 
+/* Why a waiter on s must stop now: freed, or its error; PC_OK if neither. */
+static int ended(pc_sched *s)
+{
+    if (atomic_load(&s->closing))
+        return PC_EFREED;
+    return atomic_load(&s->error);
+}
+
 int pc_engine_wait_gate(pc_sched *s, double timeout, int *op,
                         uint64_t *round)
 {
@@ -457,14 +465,9 @@ int pc_engine_wait_gate(pc_sched *s, double timeout, int *op,
             break;
         }
         pthread_mutex_unlock(&s->fire_mtx);
-        if (atomic_load(&s->closing)) {
-            rc = PC_EFREED;
+        if ((rc = ended(s)) != PC_OK)
             break;
-        }
-        if (atomic_load(&s->error) != PC_OK) {
-            rc = atomic_load(&s->error);
-            break;
-        }
+        rc = PC_ETIMEOUT;
         double left = timeout < 0 ? 0.1 : timeout - (pc_now() - t0);
         if (left <= 0)
             break;
@@ -563,14 +566,8 @@ int pc_engine_wait(pc_sched *s, uint64_t upto, double timeout)
         return atomic_load(&s->error);
     atomic_fetch_add(&E.drivers, 1);
     for (;;) {
-        if (atomic_load(&s->closing)) {
-            rc = PC_EFREED;
+        if ((rc = ended(s)) != PC_OK)
             break;
-        }
-        if (atomic_load(&s->error) != PC_OK) {
-            rc = atomic_load(&s->error);
-            break;
-        }
         if (atomic_load_explicit(&s->done, memory_order_acquire) >= upto)
             break;
         int p = 0;
