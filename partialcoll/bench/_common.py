@@ -150,3 +150,16 @@ class Buffers:
                 stream.synchronize()
             self._nccl = allreduce
         return self._nccl
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or None (after saying
+    how to get it) when matplotlib is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot needs matplotlib: pip install 'partialcoll[bench]'")
+        return None
+    return plt

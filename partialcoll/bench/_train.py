@@ -20,7 +20,7 @@ import time
 from mpi4py import MPI
 
 from ..collectives.partial import _designated as draw_rank
-from ._common import progress
+from ._common import progress, pyplot
 
 
 def one_random_rank(delay_s, seed, comm):
@@ -81,12 +81,8 @@ def time_to(curve, metric, target, better):
 
 def plot_curves(groups, metric, path, title, log=False, ylabel=None):
     """groups: {panel title: [result dicts]}; one panel per group."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("--plot needs matplotlib: pip install 'partialcoll[bench]'")
+    plt = pyplot()
+    if plt is None:
         return
     n = len(groups)
     fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.8), squeeze=False)

@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import cli, emit, progress
+from ._common import cli, emit, progress, pyplot
 
 
 def add_args(p):
@@ -209,12 +209,8 @@ def run(args, comm=MPI.COMM_WORLD):
 
 
 def plot(curves, slices, args):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("--plot needs matplotlib: pip install 'partialcoll[bench]'")
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(1, 2 if slices else 1, figsize=(11, 3.8),
                              squeeze=False)

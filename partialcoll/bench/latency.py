@@ -22,7 +22,8 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import Buffers, add_device_arg, across_ranks, cli, emit, progress
+from ._common import (Buffers, across_ranks, add_device_arg, cli, emit,
+                      progress, pyplot)
 
 IMPLS = ("MPI_Allreduce", "allreduce", "majority", "quorum", "solo", "nccl")
 DEFAULT_IMPLS = IMPLS[:-1]
@@ -152,12 +153,8 @@ def run(args, comm=MPI.COMM_WORLD):
 
 
 def plot(rows, path, size):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("--plot needs matplotlib: pip install 'partialcoll[bench]'")
+    plt = pyplot()
+    if plt is None:
         return
     names = [r["impl"] for r in rows]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))

@@ -151,7 +151,7 @@ def scale_rows(args, comm, add):
     add(f"8-byte allreduce, {args.objects} idle objects open", loaded * 1e6,
         "us")
     ratio = loaded / base
-    add(f"  ratio (target <= 1.5)", ratio, "x", "<= 1.5")
+    add("  ratio (target <= 1.5)", ratio, "x", "<= 1.5")
     add(f"progress thread CPU, {args.objects} idle objects open",
         100 * thread_cpu(args.idle_seconds, False), "% core", "<= 2 %")
     add(f"outstanding messages with {args.objects} objects open",

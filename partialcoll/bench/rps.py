@@ -30,7 +30,7 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import cli, emit, progress
+from ._common import cli, emit, progress, pyplot
 
 
 def add_args(p):
@@ -211,12 +211,8 @@ def run(args, comm=MPI.COMM_WORLD):
 
 
 def plot(curves, args, P):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("--plot needs matplotlib: pip install 'partialcoll[bench]'")
+    plt = pyplot()
+    if plt is None:
         return
     algos = [a for a in ("rps", "gradients") if any(k[0] == a for k in curves)]
     fig, axes = plt.subplots(1, len(algos), figsize=(5 * len(algos), 3.8),

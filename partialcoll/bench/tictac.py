@@ -31,7 +31,7 @@ import partialcoll as pc
 
 from ..scheduling import metrics, planner, ps
 from ..scheduling.graphs import scale_compute
-from ._common import cli, emit, parse_size, progress
+from ._common import cli, emit, parse_size, progress, pyplot
 
 METHODS = ("none", "tic", "tac")
 
@@ -249,9 +249,9 @@ def _same(a, b):
 
 
 def plot(rows, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
     tasks = sorted({r["task"] for r in rows})
     fig, axes = plt.subplots(2, len(tasks), figsize=(6 * len(tasks), 8),
                              squeeze=False)

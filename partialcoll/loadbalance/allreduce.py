@@ -225,7 +225,7 @@ class LoadBalancedAllreduce:
         return out
 
     def _replan(self, reports):
-        ctl, N = self._lc.ctl, self.size
+        ctl = self._lc.ctl
         gathered = ctl.gather(reports, root=0)
         shares = None
         if self.rank == 0:
