@@ -137,14 +137,22 @@ static void unlink_all(pc_sched *s)      /* prog held */
     s->on_poll = 0;
 }
 
-void pc_engine_notify(pc_sched *s)
+/* The inbox is a stack (push is O(1) under mtx); take_inbox reverses it so
+ * schedules start in the order they were posted, as MPI users expect of
+ * nonblocking calls made one after another. */
+static void inbox_push(pc_sched *s)      /* mtx held */
 {
-    pthread_mutex_lock(&E.mtx);
     if (!s->on_inbox) {
         s->on_inbox = 1;
         s->inbox_next = E.inbox;
         E.inbox = s;
     }
+}
+
+void pc_engine_notify(pc_sched *s)
+{
+    pthread_mutex_lock(&E.mtx);
+    inbox_push(s);
     pthread_cond_signal(&E.cv);
     pthread_mutex_unlock(&E.mtx);
 }
@@ -152,12 +160,16 @@ void pc_engine_notify(pc_sched *s)
 static void take_inbox(void)             /* prog held */
 {
     pthread_mutex_lock(&E.mtx);
-    for (pc_sched *s = E.inbox, *nx; s; s = nx) {
+    pc_sched *fifo = NULL;
+    for (pc_sched *s = E.inbox, *nx; s; s = nx) {      /* reverse */
         nx = s->inbox_next;
         s->on_inbox = 0;
-        pc_engine_queue(s);
+        s->inbox_next = fifo;
+        fifo = s;
     }
     E.inbox = NULL;
+    for (pc_sched *s = fifo; s; s = s->inbox_next)   /* inbox_next: mtx */
+        pc_engine_queue(s);
     pthread_mutex_unlock(&E.mtx);
 }
 
@@ -355,11 +367,7 @@ int pc_engine_post(pc_sched *s, int wake)
         atomic_store(&pc_engine_thread_running, 1);
     }
     atomic_fetch_add(&s->posted, 1);
-    if (!s->on_inbox) {
-        s->on_inbox = 1;
-        s->inbox_next = E.inbox;
-        E.inbox = s;
-    }
+    inbox_push(s);
     if (wake)
         pthread_cond_signal(&E.cv);
 out:
