@@ -207,7 +207,7 @@ def test_synchronous_round_returns_that_round_only():
     if RANK == P - 1:               # slow to collect its results
         r = ar._rounds
         take = r._take
-        r._take = lambda seq: (time.sleep(0.2), take(seq))[1]
+        r._take = lambda seq, **kw: (time.sleep(0.2), take(seq, **kw))[1]
     first = ar(np.ones(1, np.int64))
     res = ar(np.ones(1, np.int64))  # the synchronous round
     if RANK == 0:

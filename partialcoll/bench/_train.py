@@ -53,6 +53,7 @@ def run_mode(task, mode, steps, delay_of, eval_every, comm, desc):
         infos_included += info.included
         if comm.rank == 0 and ((s + 1) % eval_every == 0 or s + 1 == steps):
             snaps.append((time.perf_counter() - t0, s + 1, task.snapshot()))
+    late = _lateness(opt)
     opt.close()                 # collective: the last pending gradients applied
     elapsed = time.perf_counter() - t0
     if comm.rank == 0:
@@ -67,7 +68,16 @@ def run_mode(task, mode, steps, delay_of, eval_every, comm, desc):
     curve = comm.bcast(curve, root=0)
     return {"mode": str(mode), "steps": steps, "time_s": wall,
             "steps_per_s": steps / wall, "nap": nap, "included": incl,
-            "final": curve[-1], "curve": curve}
+            **late, "final": curve[-1], "curve": curve}
+
+
+def _lateness(opt):
+    """The straggler report's slowest rank and its late share (partial
+    modes), from the optimizer's stats()."""
+    st = opt.stats() if hasattr(opt, "stats") else {}
+    if st.get("slowest") is None:
+        return {"slowest": "-", "late": float("nan")}
+    return {"slowest": st["slowest"], "late": st["late_share"][st["slowest"]]}
 
 
 def time_to(curve, metric, target, better):
@@ -121,7 +131,8 @@ def summary_rows(results, metric, better, extra):
                     metric: v,
                     f"{metric}_vs_sync": (v / base["final"][metric]) if base
                     and base["final"][metric] else float("nan"),
-                    "nap": r["nap"], "included": r["included"]})
+                    "nap": r["nap"], "included": r["included"],
+                    "slowest": r["slowest"], "late": r["late"]})
         rows.append(row)
     return rows
 

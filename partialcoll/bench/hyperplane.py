@@ -151,7 +151,7 @@ def run(args, comm=MPI.COMM_WORLD):
                       flush=True)
     emit(all_rows, ["delay_ms", "mode", "steps", "time_s", "steps_per_s",
                     "speedup", "val_mse", "val_mse_vs_sync", "nap",
-                    "included"], args,
+                    "included", "slowest", "late"], args,
          f"hyperplane regression: {comm.size} ranks, dim {args.dim}, total "
          f"batch {args.batch}, {args.steps} steps, lr {args.lr}, one random "
          f"rank delayed per step; speedup = sync time / time "

@@ -77,7 +77,8 @@ def _make(impl, comm, count, k, bufs):
 
 
 def run_one(impl, args, comm, k, bufs):
-    """Mean latency per call on this rank, and the mean NAP per round."""
+    """Mean latency per call on this rank, the mean NAP per round, and the
+    straggler report of the partial collective (None for the others)."""
     call, ar = _make(impl, comm, args.count, k, bufs)
     # MPI_Allreduce's host buffer is there before the clock starts
     x = np.ones(args.count, np.float32) if impl == "MPI_Allreduce" else \
@@ -99,18 +100,20 @@ def run_one(impl, args, comm, k, bufs):
             nap[res.round] = res.active
     if ar is None:
         comm.Barrier()
-        return float(np.mean(lat)), float(comm.size)
+        return float(np.mean(lat)), float(comm.size), None
     # NAP per round: each round once, from whichever rank saw it, among
     # the rounds started before any rank entered close() (its synchronous
     # round starts rounds on behalf of ranks that have stopped calling)
     entered = ar.started
+    report = ar.stats()
     ar.close()
     first_close = comm.allreduce(entered, op=MPI.MIN)
     rounds = {}
     for d in comm.allgather(nap):
         rounds.update(d)
     naps = [a for r, a in rounds.items() if r < first_close]
-    return float(np.mean(lat)), float(np.mean(naps)) if naps else float("nan")
+    return (float(np.mean(lat)), float(np.mean(naps)) if naps else
+            float("nan"), report)
 
 
 def run(args, comm=MPI.COMM_WORLD):
@@ -127,7 +130,7 @@ def run(args, comm=MPI.COMM_WORLD):
         raise SystemExit(f"unknown implementation(s) {bad}; choose from {IMPLS}")
     rows, base = [], None
     for impl in impls:
-        mean_lat, nap = run_one(impl, args, comm, k, bufs)
+        mean_lat, nap, report = run_one(impl, args, comm, k, bufs)
         avg, mn, mx = across_ranks(mean_lat * 1e3, comm)
         if impl == "MPI_Allreduce":
             base = avg
@@ -137,8 +140,10 @@ def run(args, comm=MPI.COMM_WORLD):
                      "device": bufs.device,
                      "bytes": 4 * args.count, "avg_ms": avg, "min_ms": mn,
                      "max_ms": mx, "nap": nap,
-                     "speedup": (base / avg) if base else float("nan")})
-    emit(rows, ["impl", "avg_ms", "min_ms", "max_ms", "nap", "speedup"], args,
+                     "speedup": (base / avg) if base else float("nan"),
+                     **_lateness(report)})
+    emit(rows, ["impl", "avg_ms", "min_ms", "max_ms", "nap", "speedup",
+                "slowest", "late"], args,
          f"partial allreduce latency: {comm.size} ranks, {args.skew} skew "
          f"{args.step_ms} ms steps, {args.iters} iterations, "
          f"{4 * args.count} bytes, partialcoll on {bufs.device} buffers"
@@ -146,10 +151,20 @@ def run(args, comm=MPI.COMM_WORLD):
             if bufs.device != "host" else "")
          + (f"; {bufs.nccl_note}" if bufs.nccl_note and bufs.device == "gpu"
             else "")
-         + "; speedup = MPI_Allreduce latency / latency", comm)
+         + "; speedup = MPI_Allreduce latency / latency; slowest: the rank "
+         "late in the most rounds (its data carried into a later round), "
+         "late: that share (stats() of the partial collective)", comm)
     if args.plot and comm.rank == 0:
         plot(rows, args.plot, comm.size)
     return rows
+
+
+def _lateness(report):
+    """The straggler columns from a partial collective's stats()."""
+    if not report or report["slowest"] is None:
+        return {"slowest": "-", "late": float("nan")}
+    r = report["slowest"]
+    return {"slowest": r, "late": report["late_share"][r]}
 
 
 def plot(rows, path, size):

@@ -211,7 +211,7 @@ def run(args, comm=MPI.COMM_WORLD):
         row["test_loss"] = r["final"]["test_loss"]
     emit(rows, ["mode", "steps", "time_s", "steps_per_s", "speedup",
                 "test_acc", "test_loss", "time_to_target_s", "tta_speedup",
-                "nap", "included"], args,
+                "nap", "included", "slowest", "late"], args,
          f"LSTM on long-tailed sequences: {comm.size} ranks, total batch "
          f"{args.batch}, {steps} steps; time to test accuracy "
          f"{target:.3f}; speedup = sync time / time", comm)

@@ -77,7 +77,8 @@ def _merge(first, later, combine):
     data = later.data.copy()
     combine(first.data, later.data, out=data)
     return _rounds.Result(data, later.included, later.round, later.active,
-                          first.rounds + later.rounds, later.sync)
+                          first.rounds + later.rounds, later.sync,
+                          first.skipped + later.skipped)
 
 
 def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):

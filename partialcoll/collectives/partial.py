@@ -89,6 +89,22 @@ class PartialAllreduce:
         self._finalizer.detach()
         return res
 
+    def stats(self):
+        """The straggler report (Horovod's stall inspector, for a partial
+        collective): every round records which ranks' data was fresh, so
+        this returns ``rounds`` (plain rounds completed here; the rounds
+        of flush, close and sync_every wait for everyone and are not
+        counted), ``late_share`` (per rank: the share of those rounds its
+        data missed and was carried into a later one), ``mean_lag``
+        (per rank: rounds since its last fresh contribution, averaged over
+        rounds), ``slowest`` (the rank with the largest late share),
+        ``calls`` (this rank's) and ``skipped`` (``catch_up=False``: rounds
+        passed over, held for the next synchronous round).  The per-rank
+        lists are the same on every rank for the same rounds.  A warning is
+        logged once (``partialcoll`` logger) when some ranks were late in
+        most of the last 100 rounds."""
+        return self._rounds.stats()
+
     @property
     def closed(self):
         """Whether the object is closed."""

@@ -298,10 +298,24 @@ class EagerAverager:
         return self._active_sum / self.steps if self.steps else 0.0
 
     def stats(self):
-        """Counters for logging: steps, included, rounds, mean_active."""
-        return {"mode": self.mode, "steps": self.steps,
-                "included": self.included, "rounds": self.rounds,
-                "mean_active": self.mean_active}
+        """Counters for logging: steps, included, rounds, mean_active, and
+        the straggler report of the partial collective (partial modes; the
+        first bucket's, every bucket runs the same rounds): ``late_share``
+        (per rank, the share of rounds its gradients missed and were carried
+        into a later one), ``mean_lag`` (per rank, rounds since its last
+        fresh gradient, averaged) and ``slowest`` (see
+        :meth:`partialcoll.SoloAllreduce.stats`).  A warning is logged once
+        when some ranks were late in most of the last 100 rounds."""
+        out = {"mode": self.mode, "steps": self.steps,
+               "included": self.included, "rounds": self.rounds,
+               "mean_active": self.mean_active}
+        coll = next((b.coll for b in self._buckets if b.coll is not None),
+                    None)
+        if coll is not None and not coll.closed:
+            st = coll.stats()
+            out.update({k: st[k] for k in ("late_share", "mean_lag",
+                                           "slowest")})
+        return out
 
     # -- internals ----------------------------------------------------------
     def _unpack(self, flat_per_bucket):
@@ -520,5 +534,6 @@ class AveragerFront:
         return self.averager.last
 
     def stats(self):
-        """Counters: steps, included, rounds, mean_active (average NAP)."""
+        """Counters: steps, included, rounds, mean_active (average NAP), and
+        the straggler report (see :meth:`EagerAverager.stats`)."""
         return self.averager.stats()
