@@ -97,8 +97,9 @@ def test_object_dropped_on_one_rank_keeps_serving_and_exit_is_clean(
     rc, out, err, secs = mpi_script(DROPPED_ON_ONE_RANK, n=n, timeout=60)
     assert rc == 0, err
     assert out.count("exiting") == n and secs < 30
-    # one warning per process, however many objects it dropped
-    assert err.count("partialcoll WARNING") == n, err
+    # one warning per process, however many objects it dropped (the
+    # straggler report may also name rank 0, which stopped calling)
+    assert err.count("was dropped without close()") == n, err
     assert "SoloAllreduce" in err and "dropped without close()" in err
     for word in ("leak", "pending", "Abort", "Traceback"):
         assert word not in err, err
