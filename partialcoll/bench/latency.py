@@ -91,6 +91,7 @@ def run_one(impl, args, comm, k, bufs):
     lat, nap = [], {}
     first = ar.rounds if ar is not None else 0    # the same on every rank
     comm.Barrier()
+    cpu0 = time.process_time()
     for s in progress(skews, comm, impl):
         time.sleep(s)
         t0 = time.perf_counter()
@@ -98,9 +99,10 @@ def run_one(impl, args, comm, k, bufs):
         lat.append(time.perf_counter() - t0)
         if ar is not None and res.round >= first:
             nap[res.round] = res.active
+    cpu = _cpu_per_call(time.process_time() - cpu0, len(skews), comm)
     if ar is None:
         comm.Barrier()
-        return float(np.mean(lat)), float(comm.size), None
+        return float(np.mean(lat)), float(comm.size), None, cpu
     # NAP per round: each round once, from whichever rank saw it, among
     # the rounds started before any rank entered close() (its synchronous
     # round starts rounds on behalf of ranks that have stopped calling)
@@ -113,7 +115,16 @@ def run_one(impl, args, comm, k, bufs):
         rounds.update(d)
     naps = [a for r, a in rounds.items() if r < first_close]
     return (float(np.mean(lat)), float(np.mean(naps)) if naps else
-            float("nan"), report)
+            float("nan"), report, cpu)
+
+
+def _cpu_per_call(seconds, calls, comm):
+    """(rank 0's, the other ranks' median) process CPU time per call in ms:
+    both threads, the progress thread included.  Quorum counts arrivals at
+    rank 0, so this is where a hot spot there would show."""
+    every = comm.allgather(seconds * 1e3 / max(calls, 1))
+    others = every[1:] or every
+    return every[0], float(np.median(others))
 
 
 def run(args, comm=MPI.COMM_WORLD):
@@ -130,7 +141,7 @@ def run(args, comm=MPI.COMM_WORLD):
         raise SystemExit(f"unknown implementation(s) {bad}; choose from {IMPLS}")
     rows, base = [], None
     for impl in impls:
-        mean_lat, nap, report = run_one(impl, args, comm, k, bufs)
+        mean_lat, nap, report, cpu = run_one(impl, args, comm, k, bufs)
         avg, mn, mx = across_ranks(mean_lat * 1e3, comm)
         if impl == "MPI_Allreduce":
             base = avg
@@ -141,9 +152,10 @@ def run(args, comm=MPI.COMM_WORLD):
                      "bytes": 4 * args.count, "avg_ms": avg, "min_ms": mn,
                      "max_ms": mx, "nap": nap,
                      "speedup": (base / avg) if base else float("nan"),
-                     **_lateness(report)})
+                     **_lateness(report), "cpu0_ms": cpu[0],
+                     "cpu_ms": cpu[1]})
     emit(rows, ["impl", "avg_ms", "min_ms", "max_ms", "nap", "speedup",
-                "slowest", "late"], args,
+                "slowest", "late", "cpu0_ms", "cpu_ms"], args,
          f"partial allreduce latency: {comm.size} ranks, {args.skew} skew "
          f"{args.step_ms} ms steps, {args.iters} iterations, "
          f"{4 * args.count} bytes, partialcoll on {bufs.device} buffers"
@@ -153,7 +165,9 @@ def run(args, comm=MPI.COMM_WORLD):
             else "")
          + "; speedup = MPI_Allreduce latency / latency; slowest: the rank "
          "late in the most rounds (its data carried into a later round), "
-         "late: that share (stats() of the partial collective)", comm)
+         "late: that share (stats() of the partial collective); cpu0_ms / "
+         "cpu_ms: process CPU time per call on rank 0 / median of the "
+         "others", comm)
     if args.plot and comm.rank == 0:
         plot(rows, args.plot, comm.size)
     return rows
