@@ -99,16 +99,19 @@ def run_one(impl, args, comm, k, bufs):
         lat.append(time.perf_counter() - t0)
         if ar is not None and res.round >= first:
             nap[res.round] = res.active
-    cpu = _cpu_per_call(time.process_time() - cpu0, len(skews), comm)
+    cpu = time.process_time() - cpu0     # gathered after close(): a rank
+    # may still wait in its last majority/quorum call for this one
     if ar is None:
         comm.Barrier()
-        return float(np.mean(lat)), float(comm.size), None, cpu
+        return (float(np.mean(lat)), float(comm.size), None,
+                _cpu_per_call(cpu, len(skews), comm))
     # NAP per round: each round once, from whichever rank saw it, among
     # the rounds started before any rank entered close() (its synchronous
     # round starts rounds on behalf of ranks that have stopped calling)
     entered = ar.started
     report = ar.stats()
     ar.close()
+    cpu = _cpu_per_call(cpu, len(skews), comm)
     first_close = comm.allreduce(entered, op=MPI.MIN)
     rounds = {}
     for d in comm.allgather(nap):
