@@ -163,3 +163,12 @@ def pyplot():
         print("--plot needs matplotlib: pip install 'partialcoll[bench]'")
         return None
     return plt
+
+
+def save_plot(fig, path):
+    """Lay out ``fig``, write it to ``path`` as a PNG, free it, say where."""
+    import matplotlib.pyplot as plt
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"plot written to {path}")

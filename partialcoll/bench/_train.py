@@ -20,7 +20,7 @@ import time
 from mpi4py import MPI
 
 from ..collectives.partial import _designated as draw_rank
-from ._common import progress, pyplot
+from ._common import progress, pyplot, save_plot
 
 
 def one_random_rank(delay_s, seed, comm):
@@ -110,10 +110,7 @@ def plot_curves(groups, metric, path, title, log=False, ylabel=None):
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"plot written to {path}")
+    save_plot(fig, path)
 
 
 def summary_rows(results, metric, better, extra):

@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import cli, emit, progress, pyplot
+from ._common import cli, emit, progress, pyplot, save_plot
 
 
 def add_args(p):
@@ -234,10 +234,7 @@ def plot(curves, slices, args):
         ax.set_ylabel("median iteration time (s)")
         ax.set_title("slice granularity (aware, one draw)")
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(args.plot, dpi=120)
-    plt.close(fig)
-    print(f"plot written to {args.plot}")
+    save_plot(fig, args.plot)
 
 
 def main(argv=None):

@@ -23,7 +23,7 @@ from mpi4py import MPI
 import partialcoll as pc
 
 from ._common import (Buffers, across_ranks, add_device_arg, cli, emit,
-                      progress, pyplot)
+                      progress, pyplot, save_plot)
 
 IMPLS = ("MPI_Allreduce", "allreduce", "majority", "quorum", "solo", "nccl")
 DEFAULT_IMPLS = IMPLS[:-1]
@@ -203,9 +203,7 @@ def plot(rows, path, size):
         ax.tick_params(axis="x", rotation=30)
     fig.suptitle(f"{rows[0]['ranks']} ranks, {rows[0]['skew']} skew, "
                  f"{rows[0]['step_ms']} ms steps, {rows[0]['iters']} iterations")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"plot written to {path}")
+    save_plot(fig, path)
 
 
 def main(argv=None):

@@ -30,7 +30,7 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import cli, emit, progress, pyplot
+from ._common import cli, emit, progress, pyplot, save_plot
 
 
 def add_args(p):
@@ -233,10 +233,7 @@ def plot(curves, args, P):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"digits MLP, {P} ranks, {args.seeds} seeds")
-    fig.tight_layout()
-    fig.savefig(args.plot, dpi=120)
-    plt.close(fig)
-    print(f"plot written to {args.plot}")
+    save_plot(fig, args.plot)
 
 
 def main(argv=None):

@@ -31,7 +31,7 @@ import partialcoll as pc
 
 from ..scheduling import metrics, planner, ps
 from ..scheduling.graphs import scale_compute
-from ._common import cli, emit, parse_size, progress, pyplot
+from ._common import cli, emit, parse_size, progress, pyplot, save_plot
 
 METHODS = ("none", "tic", "tac")
 
@@ -278,8 +278,7 @@ def plot(rows, path):
         for ax in axes[:, col]:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_plot(fig, path)
 
 
 COLUMNS = ["model", "task", "rho", "rho_measured", "method", "alpha_median",
