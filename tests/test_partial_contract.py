@@ -114,9 +114,13 @@ def test_result_fields_mean_one_thing(name, cls, kw):
 
 
 def test_straggler_report_names_the_slow_rank(caplog):
-    """Rank P-1 sleeps 4 ms before each call, the others do not: it is late
-    in most solo rounds; every rank reports the same lists; a warning names
-    it once."""
+    """Rank P-1 sleeps 20 ms before each call, the others 0.2 ms: it is
+    late in most solo rounds; every rank reports the same lists; a warning
+    names it once.  (With 4 ms the test failed once on a loaded machine:
+    rounds then took about as long as the slow rank's sleep, so its calls
+    started as many rounds as the others'.  20 ms keeps it the slowest by
+    far whatever a round costs under load, and still leaves the fast ranks
+    hundreds of rounds in 1.5 s.)"""
     if P < 2:
         pytest.skip("needs two ranks")
     ar = pc.SoloAllreduce(np.zeros(8))
@@ -125,10 +129,7 @@ def test_straggler_report_names_the_slow_rank(caplog):
         t_end = time.monotonic() + 1.5
         go = True
         while go:
-            if RANK == P - 1:
-                time.sleep(0.004)
-            else:
-                time.sleep(0.0002)
+            time.sleep(0.02 if RANK == P - 1 else 0.0002)
             ar(x)
             go = time.monotonic() < t_end
         ar.flush()
