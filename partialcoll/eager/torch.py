@@ -3,7 +3,7 @@
 ::
 
     import partialcoll.torch as pct
-    pct.broadcast_parameters(model.state_dict(), root=0)
+    pct.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = pct.EagerOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                              model.named_parameters(), mode="solo")
     for x, y in data:
@@ -15,9 +15,10 @@ Gradients of CPU tensors are used in place.  When every parameter is on one
 CUDA device and CuPy is installed, ``EagerOptimizer`` keeps the exchange on
 that GPU: gradients go to CuPy through DLPack (no copy), the reductions run
 on the GPU, and MPI gets device memory (CUDA-aware) or pinned host copies
-(staged), see :mod:`partialcoll._device`.  Otherwise, and in ``EagerHook``,
-``broadcast_parameters`` and ``synchronize_model``, device tensors are
-copied to the host and back.
+(staged), see :mod:`partialcoll._device`.  Otherwise, and in ``EagerHook``
+and ``synchronize_model``, device tensors are copied to the host and back.
+The broadcasts (``broadcast_parameters``, ``broadcast_optimizer_state``)
+live in :mod:`partialcoll.broadcast_torch`.
 """
 import collections
 import importlib.util
@@ -271,28 +272,6 @@ def _check_same(comm, items, what):
             raise ScheduleError(f"{what}: the tensors differ between rank "
                                 f"{comm.Get_rank()} and rank {r} "
                                 f"(first differences: {diff[:4]})")
-
-
-def broadcast_parameters(params, root=0, comm=None):
-    """Copy ``root``'s tensors to every rank, in place (collective).
-
-    ``params``: a ``state_dict()``, a module, or ``(name, tensor)`` pairs
-    such as ``model.named_parameters()``.  Every rank must pass the same
-    names, shapes and dtypes (checked; a clear error on every rank if not).
-    """
-    comm = MPI.COMM_WORLD if comm is None else comm
-    if not 0 <= root < comm.Get_size():
-        raise ScheduleError(f"root {root} is not a rank of a communicator of "
-                            f"size {comm.Get_size()}")
-    items = _tensors(params)
-    _comm.library_comm(comm).before_collective()    # flush function forms
-    _check_same(comm, items, "broadcast_parameters")
-    with torch.no_grad():
-        for _, t in items:
-            host = _host_view(t)
-            comm.Bcast(host, root=root)
-            if host.ctypes.data != t.data_ptr() or t.device.type != "cpu":
-                t.copy_(torch.from_numpy(host))
 
 
 def synchronize_model(model, comm=None):
