@@ -155,7 +155,7 @@ def bcast_tensor(ctl, t, root_rank):
         t.copy_(host)
 
 
-# -- optimizer state -----------------------------------------------------------
+# -- optimizer state ----------------------------------------------------------
 class _TensorSlot:
     """Where a tensor of the root's optimizer ``state_dict()`` goes: its
     place in the broadcast order, shape and dtype (the bytes follow)."""

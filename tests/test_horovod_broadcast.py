@@ -160,7 +160,7 @@ def test_broadcast_object():
     COMM.Barrier()
 
 
-# -- optimizer state after a checkpoint loaded on rank 0 only -------------------
+# -- optimizer state after a checkpoint loaded on rank 0 only -----------------
 OPTIMIZERS = {
     "sgd-momentum": lambda ps, lr: torch.optim.SGD(ps, lr=lr, momentum=0.9,
                                                    weight_decay=1e-4),
