@@ -19,7 +19,10 @@ from .broadcast_torch import (broadcast_optimizer_state,  # noqa: E402
 from .eager.core import StepInfo  # noqa: E402
 from .averaging_torch import RPSOptimizer  # noqa: E402
 
+#: Horovod's names for ``EagerOptimizer(op=...)``.
+Average, Sum = "average", "sum"
+
 __all__ = ["EagerOptimizer", "EagerHook", "eager_comm_hook",
            "broadcast_parameters", "broadcast_optimizer_state",
            "broadcast_object", "synchronize_model", "StepInfo",
-           "RPSOptimizer"]
+           "RPSOptimizer", "Average", "Sum"]
