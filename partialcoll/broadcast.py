@@ -10,6 +10,8 @@ of an error on some and a hang on the rest: every rank's view of the call
 is gathered first (one small allgather), and every rank judges the same
 list.
 """
+import numbers
+
 from mpi4py import MPI
 
 from . import _comm
@@ -39,9 +41,10 @@ def root_argument(root_rank, root):
             return None, (f"root_rank={root_rank!r} and root={root!r} "
                           f"disagree: give one of them")
         root_rank = root
-    if isinstance(root_rank, bool) or not isinstance(root_rank, int):
+    if isinstance(root_rank, bool) or \
+            not isinstance(root_rank, numbers.Integral):
         return None, f"root_rank must be an int, not {root_rank!r}"
-    return root_rank, None
+    return int(root_rank), None
 
 
 def agree(ctl, what, root_rank, mine=None, error=None):

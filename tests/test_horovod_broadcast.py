@@ -153,6 +153,7 @@ def test_broadcast_object():
         assert got is mine
     assert pct.broadcast_object(None) is None
     assert broadcast_object(RANK, root=LAST) == LAST
+    assert broadcast_object(RANK, root_rank=np.int64(LAST)) == LAST
     # the root cannot pickle a lambda: every rank raises, none hangs
     with pytest.raises(pc.ScheduleError, match="cannot pickle") as e:
         pct.broadcast_object(lambda: RANK, root_rank=0)

@@ -121,7 +121,9 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             ``zero_grad()``): a ``step()`` before the N-th pass since the
             last reduction adds ``.grad`` to a local sum, clears ``.grad``
             and applies nothing.  More than N passes before a ``step()``
-            is an error.  Needs torch >= 2.1 for N > 1.
+            is an error.  A local sum of fewer than N passes is not part
+            of :meth:`flush`: :meth:`synchronize` reduces it whatever its
+            count.  Needs torch >= 2.1 for N > 1.
 
     ``step()`` averages the gradients across ranks (summed over the
     processes, divided by the world size, stale ones included) and then
