@@ -230,3 +230,28 @@ def test_sync_every_is_a_synchronous_round():
             ref = COMM.bcast(params[0].copy(), root=0)
             assert np.allclose(params[0], ref, rtol=1e-12, atol=1e-12)
     opt.close()
+
+
+@pytest.mark.parametrize("mode", ["solo", "sync", "sync-mpi"])
+def test_sum_or_average_with_a_predivide_factor(mode):
+    """op="sum" returns the sum over ranks; predivide=f (Horovod's
+    gradient_predivide_factor) divides by f before the sum and by P/f
+    after: the same average.  In solo mode the step and the final flush
+    together carry every rank's gradient."""
+    rng = np.random.default_rng(RANK)
+    grads = [rng.standard_normal(s) for s in shapes()]
+    total = [g.copy() for g in grads]
+    for t in total:
+        COMM.Allreduce(MPI.IN_PLACE, t)
+    for op, f, divisor in [("sum", 1.0, 1), (pc.SUM, 1.0, 1),
+                           ("average", 1.0, P), ("average", P + 0.5, P)]:
+        av = EagerAverager(grads, mode, bucket_bytes=64, op=op, predivide=f)
+        out, _ = av.reduce(grads)
+        got = [o.copy() for o in out]
+        rest = av.close()
+        if rest is not None:
+            for g, r in zip(got, rest[0]):
+                g += r
+        for g, t in zip(got, total):
+            np.testing.assert_allclose(g, t / divisor, rtol=1e-12,
+                                       atol=1e-14)

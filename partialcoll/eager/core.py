@@ -19,12 +19,14 @@ from mpi4py import MPI
 from .. import _comm, _device
 from .._buffers import as_array
 from .._errors import ScheduleError
+from ..ops import OPS, as_op
 from ..collectives.allreduce import allreduce, iallreduce
 from ..collectives.partial import (MajorityAllreduce, QuorumAllreduce,
                                    SoloAllreduce)
 
 MODES = ("solo", "majority", "sync", "sync-mpi")
 SYNC_MODES = ("sync", "sync-mpi")
+REDUCTIONS = ("average", "sum")
 
 
 class StepInfo:
@@ -70,6 +72,37 @@ def check_mode(mode, size):
         return int(mode)
     raise ScheduleError(f"mode must be 'solo', 'majority', 'sync', 'sync-mpi' "
                         f"or an integer quorum, not {mode!r}")
+
+
+def check_op(op):
+    """Normalise ``op``: ``"average"`` or ``"sum"`` (any case), or the
+    summing op as ``partialcoll.SUM`` / ``MPI.SUM``."""
+    if isinstance(op, str) and op.lower() in REDUCTIONS:
+        return op.lower()
+    if "adasum" in str(op).lower():
+        raise ScheduleError("op: Adasum is not supported; gradients are "
+                            "averaged ('average') or summed ('sum')")
+    try:
+        if as_op(op) is OPS["SUM"]:
+            return "sum"
+    except ScheduleError:
+        pass
+    raise ScheduleError(f"op must be 'average' or 'sum' (also "
+                        f"partialcoll.SUM, MPI.SUM), not {op!r}: gradients "
+                        f"are averaged or summed")
+
+
+def check_predivide(factor, op):
+    """Horovod's ``gradient_predivide_factor``: a finite number > 0, and not
+    1 only when averaging."""
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) \
+            or not np.isfinite(factor) or factor <= 0:
+        raise ScheduleError(f"gradient_predivide_factor must be a finite "
+                            f"number > 0, not {factor!r}")
+    if factor != 1 and op != "average":
+        raise ScheduleError("gradient_predivide_factor splits an average: "
+                            "it needs op='average'")
+    return float(factor)
 
 
 class _Bucket:
@@ -128,6 +161,15 @@ class EagerAverager:
             holds a more urgent one back for one piece at most.
         device: a device (CuPy) array on the GPU the buffers should live on,
             for ``(shape, dtype)`` templates; device templates imply it.
+        op: ``"average"`` (the sum over ranks divided by their number) or
+            ``"sum"`` (see :func:`check_op`).
+        predivide: Horovod's ``gradient_predivide_factor`` f: gradients are
+            divided by f before the sum and the sum by P / f (``"average"``
+            only; 1: the sum is divided by P).  The result is the same
+            average; f > 1 keeps large sums of low-precision gradients
+            from overflowing.
+        agree: a dict of a wrapper's own options that must be equal on every
+            rank, checked with the rest (one error, on every rank).
 
     Creating, :meth:`flush` and :meth:`close` are collective over ``comm``.
     """
@@ -136,13 +178,16 @@ class EagerAverager:
 
     def __init__(self, templates, mode="solo", sync_every=None, comm=None,
                  bucket_bytes=None, seed=0, names=None, device=None, *,
-                 priorities=None, partition_bytes=None):
+                 priorities=None, partition_bytes=None, op="average",
+                 predivide=1.0, agree=None):
         comm = MPI.COMM_WORLD if comm is None else comm
         if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
             raise ScheduleError(f"comm must be an mpi4py communicator, "
                                 f"not {comm!r}")
         self.size, self.rank = comm.Get_size(), comm.Get_rank()
         self.mode = check_mode(mode, self.size)
+        self.op = check_op(op)
+        self.predivide = check_predivide(predivide, self.op)
         if sync_every is not None and (isinstance(sync_every, bool) or
                                        int(sync_every) < 1):
             raise ScheduleError("sync_every must be a positive integer or None")
@@ -174,7 +219,7 @@ class EagerAverager:
         self._check_same_everywhere(
             lc.ctl, bucket_bytes, seed,
             None if priorities is None else [int(p) for p in priorities],
-            partition_bytes)
+            partition_bytes, dict(agree or {}))
         self.comm = comm
         self._lc = lc.acquire()     # its control duplicate, until close()
         self._buckets = _plan_buckets(specs, bucket_bytes, self._mem)
@@ -201,13 +246,15 @@ class EagerAverager:
         self._order = EagerAverager._created    # the same on every rank
 
     def _check_same_everywhere(self, comm, bucket_bytes, seed, priorities,
-                               partition_bytes):
+                               partition_bytes, agree):
         mine = {"gradients": [(n, s, d.str) for n, (s, d) in
                               zip(self.names, self.specs)],
                 "memory": self._mem.name,
                 "mode": self.mode, "sync_every": self.sync_every,
                 "bucket_bytes": bucket_bytes, "seed": seed,
-                "priorities": priorities, "partition_bytes": partition_bytes}
+                "priorities": priorities, "partition_bytes": partition_bytes,
+                "op": self.op, "gradient_predivide_factor": self.predivide,
+                **agree}
         everyone, bad = _comm.disagreements(comm, mine)
         if not bad:
             return
@@ -222,8 +269,8 @@ class EagerAverager:
         """Contribute this rank's ``grads`` (a list like the templates; None
         for a gradient this step did not produce: it counts as zero) and
         return ``(averaged, info)``: the arrays to apply (fresh arrays,
-        shaped like the templates, divided by the world size) and a
-        :class:`StepInfo`."""
+        shaped like the templates, divided by the world size unless ``op``
+        is ``"sum"``) and a :class:`StepInfo`."""
         self._check_open()
         grads = list(grads)
         if len(grads) != len(self.specs):
@@ -231,6 +278,8 @@ class EagerAverager:
                                 f"{len(grads)}")
         for b in self._buckets:
             _pack(b, grads, self.specs, self.names, self._mem, self._device)
+            if self.predivide != 1:
+                b.send /= self.predivide
         self.steps += 1
         if self.mode == "sync":
             out = _sync_buckets(self._buckets, self._mem, self.comm)
@@ -321,7 +370,8 @@ class EagerAverager:
     def _unpack(self, flat_per_bucket):
         out = [None] * len(self.specs)
         for b, flat in zip(self._buckets, flat_per_bucket):
-            flat /= self.size
+            if self.op == "average":    # the rest of the division by P
+                flat /= self.size / self.predivide
             for i, off, n, shape in b.members:
                 out[i] = flat[off:off + n].reshape(shape)
         return out

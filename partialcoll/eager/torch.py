@@ -3,7 +3,7 @@
 ::
 
     import partialcoll.torch as pct
-    pct.broadcast_parameters(model.state_dict(), root=0)
+    pct.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = pct.EagerOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                              model.named_parameters(), mode="solo")
     for x, y in data:
@@ -15,12 +15,15 @@ Gradients of CPU tensors are used in place.  When every parameter is on one
 CUDA device and CuPy is installed, ``EagerOptimizer`` keeps the exchange on
 that GPU: gradients go to CuPy through DLPack (no copy), the reductions run
 on the GPU, and MPI gets device memory (CUDA-aware) or pinned host copies
-(staged), see :mod:`partialcoll._device`.  Otherwise, and in ``EagerHook``,
-``broadcast_parameters`` and ``synchronize_model``, device tensors are
-copied to the host and back.
+(staged), see :mod:`partialcoll._device`.  Otherwise, and in ``EagerHook``
+and ``synchronize_model``, device tensors are copied to the host and back.
+The broadcasts (``broadcast_parameters``, ``broadcast_optimizer_state``)
+live in :mod:`partialcoll.broadcast_torch`.
 """
 import collections
+import contextlib
 import importlib.util
+import logging
 import weakref
 
 import numpy as np
@@ -30,6 +33,9 @@ from mpi4py import MPI
 from .. import _comm
 from .._errors import ScheduleError
 from .core import AveragerFront, EagerAverager
+from .torch_accumulation import LocalSum
+
+log = logging.getLogger("partialcoll")
 
 _NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32,
                  torch.float64: np.float64, torch.complex64: np.complex64,
@@ -102,6 +108,22 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             (``pc.set_send_cap(1)``).  ``"solo"`` and ``"sync"`` only.
         partition_bytes: cut buckets into collectives of at most this many
             bytes, so an urgent bucket waits for one piece at most.
+        op: ``"average"`` (``pct.Average``, the default) or ``"sum"``
+            (``pct.Sum``, ``pc.SUM``, ``MPI.SUM``): apply the gradients'
+            average over the ranks or their sum.  Adasum is not supported.
+        gradient_predivide_factor: f: gradients are divided by f before the
+            sum and the sum by P / f after it (Horovod's; ``"average"``
+            only).  The same average, computed with smaller partial sums.
+        backward_passes_per_step: N: gradients accumulate locally over N
+            backward passes; only then are they reduced and applied.  Both
+            of Horovod's loops work: N backward passes then one ``step()``,
+            or a ``step()`` after every pass (with or without
+            ``zero_grad()``): a ``step()`` before the N-th pass since the
+            last reduction adds ``.grad`` to a local sum, clears ``.grad``
+            and applies nothing.  More than N passes before a ``step()``
+            is an error.  A local sum of fewer than N passes is not part
+            of :meth:`flush`: :meth:`synchronize` reduces it whatever its
+            count.  Needs torch >= 2.1 for N > 1.
 
     ``step()`` averages the gradients across ranks (summed over the
     processes, divided by the world size, stale ones included) and then
@@ -110,11 +132,30 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     gradient (as in Horovod).  ``last_step`` and ``stats()`` report the
     number of active processes and whether this rank's gradient was
     included.  Creating, :meth:`flush` and :meth:`close` are collective.
+
+    To clip (or inspect) the averaged gradients, Horovod's way::
+
+        opt.synchronize()                 # the averages are now in .grad
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        with opt.skip_synchronize():
+            opt.step()                    # applies them, no second reduction
+
+    The wrapper is an instance of the wrapped optimizer's class too (as in
+    Horovod): ``isinstance(pct.EagerOptimizer(torch.optim.SGD(...)),
+    torch.optim.SGD)`` holds.
     """
+
+    def __new__(cls, optimizer=None, *args, **kwargs):
+        if (cls is EagerOptimizer
+                and isinstance(optimizer, torch.optim.Optimizer)
+                and not isinstance(optimizer, EagerOptimizer)):
+            cls = _eager_class(type(optimizer))
+        return super().__new__(cls)
 
     def __init__(self, optimizer, named_parameters=None, mode="solo",
                  sync_every=None, comm=None, bucket_bytes=None, seed=0, *,
-                 priorities=None, partition_bytes=None):
+                 priorities=None, partition_bytes=None, op="average",
+                 gradient_predivide_factor=1.0, backward_passes_per_step=1):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ScheduleError(f"EagerOptimizer wraps a torch.optim.Optimizer,"
                                 f" not {type(optimizer).__name__}")
@@ -127,7 +168,11 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
                 raise ScheduleError(f"parameter {name} is sparse; eager-SGD "
                                     f"averages dense gradients only")
         templates = [(tuple(p.shape), _np_dtype(p, n)) for n, p in self._named]
-        super().__init__(optimizer.param_groups, optimizer.defaults)
+        passes = LocalSum.check(backward_passes_per_step)
+        # not super(): in a class made by _eager_class that is the wrapped
+        # optimizer's own __init__, which wants its hyper-parameters
+        torch.optim.Optimizer.__init__(self, optimizer.param_groups,
+                                       optimizer.defaults)
         self.param_groups = optimizer.param_groups
         self.state = optimizer.state
         self._gpu, device = _gpu_of(self._named), None
@@ -139,7 +184,14 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             templates, mode, sync_every, comm, bucket_bytes, seed,
             [n for n, _ in self._named], device,
             priorities=_numbers(self._named, priorities),
-            partition_bytes=partition_bytes)
+            partition_bytes=partition_bytes, op=op,
+            predivide=gradient_predivide_factor,
+            agree={"backward_passes_per_step": passes})
+        self.backward_passes_per_step = passes
+        self._local = None if passes == 1 else LocalSum(self._named, passes)
+        self._synchronized = False      # synchronize() ran since step()
+        self._skipping = False          # inside skip_synchronize()
+        self._warned = False
         _OPTIMIZERS.add(self)
         self._ready = True
 
@@ -163,21 +215,88 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
 
     def step(self, closure=None):
         """Average the gradients (partial allreduce) and step the wrapped
-        optimizer.  Returns the closure's loss, if given."""
+        optimizer.  Returns the closure's loss, if given.
+
+        After :meth:`synchronize` it applies the gradients already averaged
+        (inside :meth:`skip_synchronize`, as Horovod wants it; outside, it
+        says so once on the ``partialcoll`` logger: Horovod would reduce
+        them a second time).  Inside :meth:`skip_synchronize` without a
+        :meth:`synchronize` it applies this rank's gradients as they are,
+        like Horovod.  With ``backward_passes_per_step`` N, a call before
+        the N-th backward pass only adds the gradients to a local sum."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if self._gpu is not None:
-            self._step_on_gpu()
+        if self._skipping:
+            if self._local is not None and not self._synchronized:
+                self._local.forget_passes()
+        elif self._synchronized:
+            if not self._warned:
+                self._warned = True
+                log.warning("EagerOptimizer.step() after synchronize() "
+                            "outside skip_synchronize(): the gradients "
+                            "averaged by synchronize() are applied, not "
+                            "reduced again")
+        elif self._local is not None and not self._local.complete():
             return loss
+        else:
+            self._reduce_into_grads()
+        self._synchronized = False
+        self.optimizer.step()
+        return loss
+
+    def synchronize(self):
+        """Reduce the gradients now and write their averages into ``.grad``
+        (Horovod's ``optimizer.synchronize()``), so they can be clipped or
+        inspected before ``step()``; apply them with ``step()`` inside
+        :meth:`skip_synchronize`.  With ``backward_passes_per_step`` it
+        reduces what has accumulated, however many passes that is.  A
+        second call before ``step()`` does nothing.  Collective like
+        ``step()`` (in the modes where a step waits for others).  Returns
+        the step's :class:`StepInfo`."""
+        if not self._synchronized:
+            if self._local is not None:
+                self._local.complete(now=True)
+            self._reduce_into_grads()
+            self._synchronized = True
+        return self.averager.last
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Context manager: a ``step()`` inside it does not reduce the
+        gradients (after :meth:`synchronize` they are reduced already)::
+
+            opt.synchronize()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            with opt.skip_synchronize():
+                opt.step()
+        """
+        self._skipping = True
+        try:
+            yield self
+        finally:
+            self._skipping = False
+
+    def close(self):
+        """Collective: flush (applied), then free the communication
+        resources and the gradient hooks.  Idempotent."""
+        if self._local is not None:
+            self._local.remove_hooks()
+        return super().close()
+
+    def _reduce_into_grads(self):
+        """One partial allreduce of the gradients; the averages go to
+        ``.grad``."""
+        if self._gpu is not None:
+            self._reduce_on_gpu()
+            return
         grads = [None if p.grad is None else _host_view(p.grad)
                  for _, p in self._named]
         averaged, _ = self.averager.reduce(grads)
-        self._apply(averaged)
-        return loss
+        _set_grads(self._named, averaged)
 
-    def _step_on_gpu(self):
+    def _reduce_on_gpu(self):
         """Gradients to CuPy by DLPack, on torch's current stream."""
         import cupy
         stream = torch.cuda.current_stream(self._gpu).cuda_stream
@@ -187,7 +306,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
                      cupy.from_dlpack(p.grad.detach().contiguous())
                      for _, p in self._named]
             averaged, _ = self.averager.reduce(grads)
-            self._apply(averaged)
+            _set_grads(self._named, averaged)
 
     @property
     def mode(self):
@@ -195,6 +314,25 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
 
     def __repr__(self):
         return f"EagerOptimizer(mode={self.mode!r}, {self.optimizer!r})"
+
+
+_CLASSES = weakref.WeakKeyDictionary()
+
+
+def _eager_class(inner):
+    """EagerOptimizer that is also an ``inner`` (the wrapped optimizer's
+    class), made once per class: Horovod keeps the class of the optimizer
+    it wraps, and code checks ``isinstance(opt, torch.optim.SGD)``.
+    EagerOptimizer comes first in its MRO, so its methods win; ``inner``'s
+    own ``__init__`` and ``step`` are never called on the wrapper."""
+    if inner is torch.optim.Optimizer:
+        return EagerOptimizer
+    cls = _CLASSES.get(inner)
+    if cls is None:
+        cls = type(f"Eager{inner.__name__}", (EagerOptimizer, inner),
+                   {"__module__": __name__, "__doc__": EagerOptimizer.__doc__})
+        _CLASSES[inner] = cls
+    return cls
 
 
 def _numbers(named, priorities):
@@ -271,28 +409,6 @@ def _check_same(comm, items, what):
             raise ScheduleError(f"{what}: the tensors differ between rank "
                                 f"{comm.Get_rank()} and rank {r} "
                                 f"(first differences: {diff[:4]})")
-
-
-def broadcast_parameters(params, root=0, comm=None):
-    """Copy ``root``'s tensors to every rank, in place (collective).
-
-    ``params``: a ``state_dict()``, a module, or ``(name, tensor)`` pairs
-    such as ``model.named_parameters()``.  Every rank must pass the same
-    names, shapes and dtypes (checked; a clear error on every rank if not).
-    """
-    comm = MPI.COMM_WORLD if comm is None else comm
-    if not 0 <= root < comm.Get_size():
-        raise ScheduleError(f"root {root} is not a rank of a communicator of "
-                            f"size {comm.Get_size()}")
-    items = _tensors(params)
-    _comm.library_comm(comm).before_collective()    # flush function forms
-    _check_same(comm, items, "broadcast_parameters")
-    with torch.no_grad():
-        for _, t in items:
-            host = _host_view(t)
-            comm.Bcast(host, root=root)
-            if host.ctypes.data != t.data_ptr() or t.device.type != "cpu":
-                t.copy_(torch.from_numpy(host))
 
 
 def synchronize_model(model, comm=None):
