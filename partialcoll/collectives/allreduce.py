@@ -18,6 +18,7 @@ from .._errors import (ScheduleBusyError, ScheduleError,
                        require_thread_multiple)
 from ..ops import OPS, Op, as_op, check_op_dtype
 from ..schedule import Request, Schedule
+from . import _staging
 
 SUM = OPS["SUM"]
 _DEVICE = _core.constants()["DEVICE"]
@@ -431,16 +432,21 @@ def _plan(sendbuf, recvbuf, op, comm, algorithm, priority=0):
 
 
 def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
-               priority=0):
-    """Start a non-blocking allreduce; ``wait()`` returns the result array.
+               priority=0, compression=None):
+    """Start a non-blocking allreduce; ``wait()`` returns the result.
 
     Args:
         sendbuf: NumPy array, buffer-protocol object, mpi4py spec
-            ``[buf, MPI.DOUBLE]``, ``MPI.IN_PLACE``, or a CuPy array (then
-            ``recvbuf`` is one too, the reductions run on the GPU and the
-            result is a CuPy array; see :mod:`partialcoll._device`).
-        recvbuf: where the result goes (allocated when None); pass the same
-            object as ``sendbuf`` for an in-place reduction.
+            ``[buf, MPI.DOUBLE]``, ``MPI.IN_PLACE``, a tensor or any object
+            exporting DLPack (a torch tensor in, a torch tensor out), or a
+            CuPy array (then ``recvbuf`` is one too, the reductions run on
+            the GPU and the result is a CuPy array; see
+            :mod:`partialcoll._device`).  bfloat16 and float16 are reduced
+            in float32 and rounded once (see
+            :mod:`partialcoll.collectives._staging`).
+        recvbuf: where the result goes (allocated, of the caller's type,
+            when None); pass the same object as ``sendbuf`` for an in-place
+            reduction.
         op: ``partialcoll.SUM`` etc., or ``MPI.SUM``-style constants.
         comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
         algorithm: ``"recursive_doubling"``, ``"ring"`` or
@@ -449,6 +455,9 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
         priority: the priority of its messages: with a cap on sends in
             flight (:func:`partialcoll.set_send_cap`), queued messages of
             concurrent collectives leave lowest number first.
+        compression: None, or ``"fp16"`` (:class:`partialcoll.Compression`):
+            float data travels as float16, at float16's precision, and
+            comes back in its own dtype.
 
     The buffers must stay untouched until ``wait()`` returns (or ``test()``
     says True); from then on partialcoll holds no reference to them.
@@ -459,6 +468,19 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
         ...                      # overlap computation
         total = req.wait()
     """
+    if _staging.plain(sendbuf, recvbuf, compression):
+        return _iallreduce(sendbuf, recvbuf, op, comm, algorithm, priority)
+    call = _staging.Call(sendbuf, recvbuf, op, compression)
+    return _staging.CallRequest(_iallreduce(call.send, call.recv, call.op,
+                                            comm, algorithm, priority), call)
+
+
+#: compression= of a call made by a staged one: its buffers are the wire's
+_STAGED = object()
+
+
+def _iallreduce(sendbuf, recvbuf, op, comm, algorithm, priority):
+    """iallreduce of arrays the executor reduces as they are."""
     send, recv, result, sched, tags = _plan(sendbuf, recvbuf, op, comm,
                                             algorithm, priority)
     if sched is None:
@@ -478,12 +500,14 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
 
 
 def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
-              priority=0):
-    """Blocking allreduce on the executor; returns the result array.
+              priority=0, compression=None):
+    """Blocking allreduce on the executor; returns the result (an array, or
+    an object of the caller's type: a torch tensor for a torch tensor).
 
     Same arguments as :func:`iallreduce`.  Example::
 
         total = partialcoll.allreduce(np.arange(4.0))   # elementwise sum
+        total = partialcoll.allreduce(torch.ones(4, dtype=torch.bfloat16))
 
     Repeated calls with NumPy arrays of the same size, dtype and op take a
     cached plan (kept with the communicator's library state): no validation
@@ -494,7 +518,8 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
     if comm is None:
         comm = MPI.COMM_WORLD
     if (type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
-            and type(op) is Op):
+            and type(op) is Op and (compression is None
+                                    or compression is _STAGED)):
         plan = _find_plan(comm, (sendbuf.dtype, sendbuf.size, op, algorithm,
                                  sendbuf is recvbuf, priority))
         if (plan is not None and recvbuf.dtype == sendbuf.dtype
@@ -515,9 +540,15 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
                     _unbind(core)
                     raise
                 return recvbuf
+    if compression is not _STAGED and \
+            not _staging.plain(sendbuf, recvbuf, compression):
+        call = _staging.Call(sendbuf, recvbuf, op, compression)
+        allreduce(call.send, call.recv, call.op, comm, algorithm, priority,
+                  _STAGED)
+        return call.finish()
     if _device_of(sendbuf, recvbuf) is not None:
-        return iallreduce(sendbuf, recvbuf, op, comm, algorithm,
-                          priority).wait()
+        return _iallreduce(sendbuf, recvbuf, op, comm, algorithm,
+                           priority).wait()
     send, recv, result, sched, tags = _plan(sendbuf, recvbuf, op, comm,
                                             algorithm, priority)
     if sched is None:
@@ -527,7 +558,9 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
         core.run(send, recv, tags)
     finally:
         _unbind(core)
-    if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
+    # (never float16: uncompressed, it is staged through float32)
+    if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray and \
+            send.dtype != np.float16:
         lc = _comm.library_comm(comm)
         lc.cache.setdefault("allreduce.plans", {})[
             (send.dtype, send.size, as_op(op), algorithm, send is recv,
