@@ -61,8 +61,8 @@ from .. import _arrays, _comm, _device
 from .._errors import ScheduleError
 from ..ops import OPS
 from ..schedule import Schedule
-from .allreduce import (BUILDERS, _Done, build_recursive_doubling,
-                        choose_algorithm)
+from ._builders import BUILDERS, build_recursive_doubling
+from .allreduce import _Done, choose_algorithm
 
 log = logging.getLogger("partialcoll")
 SUM = OPS["SUM"]
@@ -320,16 +320,6 @@ class Rounds:
         if _arrays.is_half(self.given):
             x = _arrays.widen(x, self.given)
         return x, data.kind
-
-    def deliver(self, res, kind=None):
-        """``res`` (a :class:`Result` of this object, or None) with its data
-        as the caller's results are: of ``kind``'s type (default: like
-        ``like``) and of this object's dtype (16-bit floats, accumulated
-        in float32, are rounded here, once)."""
-        if res is not None:
-            res.data = _arrays.deliver(res.data, self.given,
-                                       kind or self.array_kind)
-        return res
 
     def start(self, x):
         """Contribute ``x`` (a flat array on the object's memory); returns a

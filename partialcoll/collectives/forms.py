@@ -34,7 +34,7 @@ from .. import _arrays, _comm, _device
 from .._errors import ScheduleError
 from ..ops import OPS, as_op
 from . import _rounds
-from .partial import make_rounds
+from .partial import deliver, make_rounds
 
 SUM = OPS["SUM"]
 
@@ -56,7 +56,7 @@ class _Form:
 
     def deliver(self, res):
         """``res`` as its latest caller's results are (type and dtype)."""
-        return self.rounds.deliver(res, self.array_kind)
+        return deliver(self.rounds, res, self.array_kind)
 
 
 class _Forms:
@@ -123,7 +123,7 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
             flat[...] = res.data.reshape(-1)
         res.data = recvbuf
         return res
-    return form.rounds.deliver(res, data.kind)
+    return deliver(form.rounds, res, data.kind)
 
 
 def _new_form(lc, forms, key, kind, name, like, op, comm, kw):
@@ -199,7 +199,7 @@ def _settle(comm, close):
                 _merge(form.held, res, r._combine), None, False
         if res is not None:
             out.append((r.label, form.deliver(res) if form is not None
-                        else r.deliver(res)))
+                        else deliver(r, res)))
     for lc in lcs:
         forms = _forms(lc)
         out += [(label, form.deliver(res))

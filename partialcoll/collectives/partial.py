@@ -39,7 +39,7 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
     if sync_every is not None and int(sync_every) < 1:
         raise ScheduleError("sync_every must be a positive integer or None")
     # 16-bit floats are deposited, reduced and accumulated in float32 and
-    # rounded once, when a result is delivered (see Rounds.deliver)
+    # rounded once, when a result is delivered (see deliver)
     args = {"name": name, "shape": like.shape, "given": like.dtype,
             "dtype": _arrays.FLOAT32 if _arrays.is_half(like.dtype)
             else like.dtype, "array_kind": like.kind, "op": op,
@@ -49,6 +49,17 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
             "priority": int(priority),
             "device": backend and backend.device_id(like.array)}
     return _rounds.KINDS[kind](like.array.size, args, algorithm)
+
+
+def deliver(rounds, res, kind=None):
+    """``res`` (a :class:`PartialResult` of ``rounds``, or None) with its
+    data as the caller's results are: of ``kind``'s type (default: like
+    the object's ``like``) and of the object's dtype (16-bit floats,
+    accumulated in float32, are rounded here, once)."""
+    if res is not None:
+        res.data = _arrays.deliver(res.data, rounds.given,
+                                   kind or rounds.array_kind)
+    return res
 
 
 class PartialAllreduce:
@@ -91,13 +102,13 @@ class PartialAllreduce:
         still pending (every rank's deposits, and the rounds this rank has
         not observed) as a :class:`PartialResult` (``data`` of ``like``'s
         type)."""
-        return self._rounds.deliver(self._rounds.flush())
+        return deliver(self._rounds, self._rounds.flush())
 
     def close(self):
         """Collective: a final synchronous round (so nothing pending is
         lost: its :class:`PartialResult` is returned), then free everything.
         Idempotent."""
-        res = self._rounds.deliver(self._rounds.close())
+        res = deliver(self._rounds, self._rounds.close())
         self._finalizer.detach()
         return res
 
@@ -166,8 +177,8 @@ class _Delivering:
     def wait(self, timeout=None):
         """Wait for the round and return the :class:`PartialResult`."""
         if self._res is None:
-            self._res = self._rounds.deliver(self._request.wait(timeout),
-                                             self._kind)
+            self._res = deliver(self._rounds, self._request.wait(timeout),
+                                self._kind)
         return self._res
 
 
