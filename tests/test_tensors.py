@@ -149,3 +149,38 @@ def test_function_forms_with_tensors():
         assert isinstance(res.data, torch.Tensor), label
         total += res.data
     assert (total.numpy() == 2.0 * 21 * P).all()
+
+
+def test_torch_allreduce_sum_and_average():
+    import partialcoll.torch as pct
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4) * (RANK + 1)
+    before = x.clone()
+    avg = pct.allreduce(x)
+    assert avg.dtype == torch.float32 and avg.shape == (3, 4)
+    assert torch.equal(x, before) and avg.data_ptr() != x.data_ptr()
+    assert np.allclose(avg.numpy(), reference(x) / P)
+    assert np.array_equal(pct.allreduce(x, op="sum").numpy(), reference(x))
+    assert np.array_equal(pct.allreduce(x, average=False).numpy(),
+                          reference(x))
+    assert np.array_equal(pct.allreduce(x, op=pc.MAX).numpy(),
+                          reference(x, MPI.MAX))
+    ints = torch.arange(5) * RANK
+    assert np.array_equal(pct.allreduce(ints, op="sum").numpy(),
+                          reference(ints))
+    with pytest.raises(ValueError, match="floating-point"):
+        pct.allreduce(ints)
+    # a non-contiguous tensor, and one that requires grad, are read as is
+    w = torch.ones(4, 3, requires_grad=True)
+    assert np.array_equal(pct.allreduce(w.t(), op="sum").detach().numpy(),
+                          np.full((3, 4), P, np.float32))
+
+
+def test_torch_allreduce_average_of_bfloat16_is_rounded_once():
+    import partialcoll.torch as pct
+    gen = torch.Generator().manual_seed(RANK)
+    x = (torch.rand(999, generator=gen) * 4 - 2).to(torch.bfloat16)
+    sum32 = pc.allreduce(x.float().numpy())
+    want = torch.from_numpy(sum32 / np.float32(P)).to(torch.bfloat16)
+    got = pct.allreduce(x)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
