@@ -48,8 +48,7 @@ static int emu_run_one(pc_devq *q)
     if (!q->head)
         q->tail = NULL;
     if (t->reduce)
-        MPI_Reduce_local(t->src, t->dst, (int)t->count,
-                         pc_mpi_dtype(t->dtype, t->redop), pc_mpi_op(t->redop));
+        pc_reduce_local(t->src, t->dst, t->count, t->dtype, t->redop);
     else
         memmove(t->dst, t->src, (size_t)t->count);
     free(t);

@@ -234,11 +234,9 @@ static int start_local(pc_sched *s, int i)
     if (pc_round_is_device_op(s, op))
         return pc_round_start_device(s, i);
     if (op->kind == PC_REDUCE && op->count) {
-        int rc = MPI_Reduce_local(pc_addr(s, op->bslot, op->boff),
-                                  pc_addr(s, op->aslot, op->aoff),
-                                  (int)op->count,
-                                  pc_mpi_dtype(op->dtype, op->redop),
-                                  pc_mpi_op(op->redop));
+        int rc = pc_reduce_local(pc_addr(s, op->bslot, op->boff),
+                                 pc_addr(s, op->aslot, op->aoff), op->count,
+                                 op->dtype, op->redop);
         if (rc != MPI_SUCCESS) {
             pc_round_mpi_failure(s, i, "local reduction failed", rc);
             return PC_EMPI;

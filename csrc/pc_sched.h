@@ -149,7 +149,7 @@ enum { PC_D_KIND, PC_D_MODE, PC_D_FLAGS, PC_D_ASLOT, PC_D_AOFF, PC_D_BSLOT,
 /* ---- datatypes and reduction operators (pc_types.c) */
 enum { PC_INT8, PC_INT16, PC_INT32, PC_INT64, PC_UINT8, PC_UINT16, PC_UINT32,
        PC_UINT64, PC_FLOAT32, PC_FLOAT64, PC_LONGDOUBLE, PC_COMPLEX64,
-       PC_COMPLEX128, PC_CLONGDOUBLE, PC_BOOL, PC_NDTYPES };
+       PC_COMPLEX128, PC_CLONGDOUBLE, PC_BOOL, PC_FLOAT16, PC_NDTYPES };
 enum { PC_SUM, PC_PROD, PC_MIN, PC_MAX, PC_LAND, PC_LOR, PC_LXOR, PC_BAND,
        PC_BOR, PC_BXOR, PC_NREDOPS };
 
@@ -165,6 +165,11 @@ extern const char *const pc_kind_names[PC_NKINDS];
 MPI_Datatype pc_mpi_dtype(int dtype, int redop);
 MPI_Op pc_mpi_op(int redop);
 int pc_redop_valid(int redop, int dtype);
+/* dst[i] = dst[i] op src[i]: MPI_Reduce_local for the types MPI has, our
+ * own loop for float16 (widened to float, combined, rounded to nearest
+ * even).  Returns an MPI error code. */
+int pc_reduce_local(const void *src, void *dst, int64_t count, int dtype,
+                    int redop);
 int pc_scale(void *buf, int64_t count, int dtype, double divisor);
 /* Allocation points on the progress path ask pc_alloc_ok() first, so a test
  * can make the n-th one fail (pc_inject_alloc_failure(n); -1: never). */

@@ -30,6 +30,7 @@ LAND, LOR, LXOR = _OPS["LAND"], _OPS["LOR"], _OPS["LXOR"]
 BAND, BOR, BXOR = _OPS["BAND"], _OPS["BOR"], _OPS["BXOR"]
 
 from .collectives.allreduce import allreduce, iallreduce  # noqa: E402
+from .collectives._staging import Compression  # noqa: E402
 from .collectives.partial import (MajorityAllreduce,  # noqa: E402
                                   PartialAllreduce, PartialResult,
                                   QuorumAllreduce, SoloAllreduce)
@@ -79,7 +80,8 @@ set_send_cap(_env.get(_env.SEND_CAP, 0, int))
 __version__ = "0.1.0"
 __all__ = ["Schedule", "Slot", "Request", "ALL", "ANY", "Op", "as_op",
            "SUM", "PROD", "MIN", "MAX", "LAND", "LOR", "LXOR", "BAND", "BOR",
-           "BXOR", "allreduce", "iallreduce", "PartialcollError",
+           "BXOR", "allreduce", "iallreduce", "Compression",
+           "PartialcollError",
            "ScheduleError", "ScheduleBusyError", "ScheduleFreedError",
            "ThreadLevelError", "TransportError", "WaitTimeout",
            "progress_thread_cputime", "SoloAllreduce", "MajorityAllreduce",

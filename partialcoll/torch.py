@@ -1,5 +1,5 @@
 """``import partialcoll.torch as pct``: eager-SGD for PyTorch, and
-Horovod's broadcasts.
+Horovod's broadcasts and :func:`allreduce` of a tensor.
 
 See :mod:`partialcoll.eager.torch` (the optimizer wrapper and the DDP hook)
 and :mod:`partialcoll.broadcast_torch` (broadcasts) for the documentation.
@@ -18,6 +18,8 @@ from .broadcast_torch import (broadcast_optimizer_state,  # noqa: E402
                               broadcast_parameters)
 from .eager.core import StepInfo  # noqa: E402
 from .averaging_torch import RPSOptimizer  # noqa: E402
+from .collectives.allreduce import allreduce as _allreduce  # noqa: E402
+from mpi4py import MPI  # noqa: E402
 
 #: Horovod's names for ``EagerOptimizer(op=...)``.
 Average, Sum = "average", "sum"
@@ -26,3 +28,54 @@ __all__ = ["EagerOptimizer", "EagerHook", "eager_comm_hook",
            "broadcast_parameters", "broadcast_optimizer_state",
            "broadcast_object", "synchronize_model", "StepInfo",
            "RPSOptimizer", "Average", "Sum"]
+
+
+def allreduce(tensor, op="average", average=None, comm=None,
+              compression=None):
+    """The sum or average of ``tensor`` over the ranks of ``comm``
+    (Horovod's ``hvd.allreduce``): a new tensor of the same shape, dtype
+    and device; ``tensor`` is not modified.
+
+    Args:
+        tensor: a torch tensor (CPU; CUDA through CuPy, see the README).
+            A non-contiguous tensor is copied first; one that requires
+            grad is read through ``detach()`` (the result is not
+            differentiable).
+        op: ``"average"`` (default) or ``"sum"``, or any partialcoll
+            reduction (``partialcoll.MAX``, ``MPI.MIN``, ...).  An average
+            needs a floating-point tensor.
+        average: Horovod's older flag: True for the average, False for the
+            sum (then leave ``op`` as it is).
+        comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
+        compression: None or ``"fp16"`` (float16 on the wire, see
+            :func:`partialcoll.allreduce`).
+
+    bfloat16 and float16 tensors are summed in float32 and, for the
+    average, divided in float32 too: the result is rounded to 16 bits once.
+
+    Example::
+
+        import partialcoll.torch as pct
+        mean_loss = pct.allreduce(loss)                 # average
+        total = pct.allreduce(counts, op="sum")
+    """
+    if average is not None:
+        op = "average" if average else "sum"
+    name = op.lower() if isinstance(op, str) else None
+    t = tensor.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if name != "average":
+        return _allreduce(t, op="SUM" if name == "sum" else op, comm=comm,
+                          compression=compression)
+    if not t.is_floating_point():
+        raise ValueError(f"an average needs a floating-point tensor, not "
+                         f"{t.dtype}: use op='sum'")
+    size = (MPI.COMM_WORLD if comm is None else comm).Get_size()
+    if t.element_size() == 2:              # bfloat16/float16: round once
+        total = _allreduce(t.float(), comm=comm, compression=compression)
+        return total.div_(size).to(t.dtype)
+    return _allreduce(t, comm=comm, compression=compression).div_(size)
+
+
+__all__ += ["allreduce"]

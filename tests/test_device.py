@@ -27,7 +27,8 @@ COMM = MPI.COMM_WORLD
 P, RANK = COMM.size, COMM.rank
 # dtypes CuPy has (no long double)
 DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-          "uint64", "float32", "float64", "complex64", "complex128", "bool"]
+          "uint64", "float16", "float32", "float64", "complex64",
+          "complex128", "bool"]
 
 
 def _cupy_or_skip():
@@ -109,12 +110,16 @@ def test_allreduce_equals_numpy_every_op_and_dtype(dev, path):
             if np.dtype(dt) not in op.dtypes:
                 continue
             x = _values(dt, 37, 100 * RANK + op.code)
-            want = pc.allreduce(x.copy(), op=op)
-            got = pc.allreduce(dev.to(x), op=op)
-            assert dev.is_device(got)
-            assert np.array_equal(dev.host(got), want), (op, dt)
+            # float16 reaches the executor's (device) float16 reductions
+            # only compressed; plain, it is reduced in float32 (both below)
+            for kw in ([{}, {"compression": "fp16"}] if dt == "float16"
+                       else [{}]):
+                want = pc.allreduce(x.copy(), op=op, **kw)
+                got = pc.allreduce(dev.to(x), op=op, **kw)
+                assert dev.is_device(got)
+                assert np.array_equal(dev.host(got), want), (op, dt, kw)
             checked += 1
-    assert checked == len(_kernels.kernel_pairs()) == 98
+    assert checked == len(_kernels.kernel_pairs()) == 102
     # and against NumPy directly
     x = np.arange(1000.0) * (RANK + 1)
     got = dev.host(pc.allreduce(dev.to(x)))

@@ -167,7 +167,7 @@ def test_buffer_errors():
         x = s2.buffer(np.zeros(2, np.complex128))
         s2.reduce(x, x, pc.MAX)
     with pytest.raises(pc.ScheduleError, match="no MPI basic type"):
-        pc.Schedule(MPI.COMM_SELF).buffer(np.zeros(2, np.float16))
+        pc.Schedule(MPI.COMM_SELF).buffer(np.zeros(2, "m8[s]"))
     with pytest.raises(pc.ScheduleError, match="peer"):
         s3 = pc.Schedule(MPI.COMM_SELF)
         s3.send(s3.buffer(np.zeros(1)), peer=5)

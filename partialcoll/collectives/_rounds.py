@@ -57,12 +57,12 @@ import secrets
 import numpy as np
 from mpi4py import MPI
 
-from .. import _comm, _device
+from .. import _arrays, _comm, _device
 from .._errors import ScheduleError
 from ..ops import OPS
 from ..schedule import Schedule
-from .allreduce import (BUILDERS, _Done, build_recursive_doubling,
-                        choose_algorithm)
+from ._builders import BUILDERS, build_recursive_doubling
+from .allreduce import _Done, choose_algorithm
 
 log = logging.getLogger("partialcoll")
 SUM = OPS["SUM"]
@@ -195,7 +195,7 @@ class Rounds:
     def _check_consistent(self, lc, algorithm):
         mine = {"collective": self.kind, "shape": tuple(self.shape),
                 "memory": self.mem.name,
-                "dtype": self.dtype.str, "op": self.op.name,
+                "dtype": str(self.given), "op": self.op.name,
                 "quorum": self.quorum, "seed": self.seed,
                 "catch_up": self.catch_up, "sync_every": self.sync_every,
                 "algorithm": algorithm, "priority": self.priority}
@@ -303,16 +303,23 @@ class Rounds:
 
     # -- calls ----------------------------------------------------------
     def take_buffer(self, sendbuf, what="sendbuf"):
-        """``sendbuf`` as a flat array where this object's buffers live,
-        checked against its dtype and size (raises if closed)."""
+        """``sendbuf`` (any array or tensor, see :mod:`.._arrays`) as a flat
+        array where this object's buffers live, checked against its dtype
+        and size (raises if closed), widened to float32 when 16-bit; and
+        the :class:`~.._arrays.ArrayKind` of the caller's results."""
         self.check_open()
-        x = _device.flat_in_place(sendbuf, self.mem, self.device, what,
+        data = sendbuf if isinstance(sendbuf, _arrays.Data) else \
+            _arrays.ingest(sendbuf, what)
+        x = _device.flat_in_place(data.array, self.mem, self.device, what,
                                   self.name)
-        if x.dtype != self.dtype or x.size != self._pending.size:
-            raise ScheduleError(f"{what} is {x.dtype}[{x.size}], this "
-                                f"{self.name} takes {self.dtype}"
+        if (data.dtype is not self.given and data.dtype != self.given) or \
+                x.size != self._pending.size:
+            raise ScheduleError(f"{what} is {data.dtype}[{x.size}], this "
+                                f"{self.name} takes {self.given}"
                                 f"{list(self.shape)}")
-        return x
+        if _arrays.is_half(self.given):
+            x = _arrays.widen(x, self.given)
+        return x, data.kind
 
     def start(self, x):
         """Contribute ``x`` (a flat array on the object's memory); returns a

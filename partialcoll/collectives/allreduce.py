@@ -1,11 +1,11 @@
-"""Full allreduce as schedules: builders, algorithm choice, the schedule
-pool and the entry points.
+"""Full allreduce as schedules: algorithm choice, the schedule pool and the
+entry points.
 
-Each builder only appends operations to a :class:`~partialcoll.Schedule`
-whose slots are ``send`` (slot 0), ``recv`` (slot 1) and ``tmp`` (slot 2).
-The reduced vector ends in ``recv`` on every rank, bit-identical across ranks
-(every combining step computes ``a op b`` on one side and ``b op a`` on the
-other, and the ops are commutative elementwise).
+The builders (:mod:`._builders`) append the algorithms to a
+:class:`~partialcoll.Schedule` whose slots are ``send`` (slot 0), ``recv``
+(slot 1) and ``tmp`` (slot 2).  Data that is not a plain array of an
+executor dtype (tensors, 16-bit floats, compression) enters through
+:mod:`._staging`.
 """
 import collections
 
@@ -18,6 +18,9 @@ from .._errors import (ScheduleBusyError, ScheduleError,
                        require_thread_multiple)
 from ..ops import OPS, Op, as_op, check_op_dtype
 from ..schedule import Request, Schedule
+from . import _staging
+from ._builders import (BUILDERS, build_rabenseifner,  # noqa: F401
+                        build_recursive_doubling, build_ring)
 
 SUM = OPS["SUM"]
 _DEVICE = _core.constants()["DEVICE"]
@@ -26,158 +29,6 @@ _DEVICE = _core.constants()["DEVICE"]
 DEFAULT_THRESHOLD = 16384
 ALGORITHMS = ("recursive_doubling", "ring", "rabenseifner")
 
-
-def build_recursive_doubling(s, size, rank, send, recv, tmp, op, inplace, after=(),
-                             tag0=0):
-    """Recursive doubling; non-powers of two fold the excess ranks first.
-
-    P = 6 (p2 = 4, rem = 2): ranks 0 and 2 hand their vector to 1 and 3 and
-    wait; the remaining four exchange full vectors over log2(4) = 2 rounds;
-    1 and 3 hand the result back::
-
-        fold     0->1   2->3
-        round 0  1<->3' ... (new ranks 0..3: 1,3,4,5; partner = new ^ 1)
-        round 1  partner = new ^ 2
-        unfold   1->0   3->2
-
-    Returns the index of the last op.
-    """
-    prev = list(after) if inplace else [s.copy(recv, send, after=after)]
-    p2 = 1 << (size.bit_length() - 1)
-    rem = size - p2
-    steps = p2.bit_length() - 1
-    unfold_tag = steps + 1
-    if rank < 2 * rem and rank % 2 == 0:            # folded away
-        snd = s.send(recv, rank + 1, tag=tag0 + 0, after=prev)
-        return s.recv(recv, rank + 1, tag=tag0 + unfold_tag, after=[snd])
-    if rank < 2 * rem:                              # absorbs rank - 1
-        r = s.recv(tmp, rank - 1, tag=tag0 + 0, after=after)
-        prev = [s.reduce(recv, tmp, op, after=prev + [r])]
-        new = rank // 2
-    else:
-        new = rank - rem
-    for k in range(steps):
-        pnew = new ^ (1 << k)
-        peer = 2 * pnew + 1 if pnew < rem else pnew + rem
-        snd = s.send(recv, peer, tag=tag0 + k + 1, after=prev)
-        rcv = s.recv(tmp, peer, tag=tag0 + k + 1, after=prev)
-        prev = [s.reduce(recv, tmp, op, after=[snd, rcv])]
-    if rank < 2 * rem:
-        return s.send(recv, rank - 1, tag=tag0 + unfold_tag, after=prev)
-    return prev[0]
-
-
-def build_ring(s, size, rank, send, recv, tmp, op, inplace, after=(),
-               tag0=0):
-    """Ring reduce-scatter followed by a ring allgather (bandwidth optimal).
-
-    The vector is cut into P chunks.  In reduce-scatter step t, rank r sends
-    chunk (r - t) to r + 1 and adds chunk (r - t - 1) received from r - 1;
-    after P - 1 steps rank r owns the full sum of chunk (r + 1).  The
-    allgather passes finished chunks around the ring for P - 1 more steps::
-
-        P = 3, chunk owned after reduce-scatter:  r0: c1  r1: c2  r2: c0
-        step   0          1
-        r0     send c0    send c2      (then allgather c1, c0)
-        r1     send c1    send c0
-        r2     send c2    send c1
-
-    Received chunks land in two alternating halves of ``tmp``.
-    """
-    n = recv.size
-    counts = [n // size + (1 if i < n % size else 0) for i in range(size)]
-    offs = np.concatenate([[0], np.cumsum(counts)]).astype(int)
-    half = max(counts)
-    chunk = [recv[offs[i]:offs[i + 1]] for i in range(size)]
-    right, left = (rank + 1) % size, (rank - 1) % size
-    init = list(after) if inplace else [s.copy(recv, send, after=after)]
-    reds, snds = [], []
-    for t in range(size - 1):
-        sc, rc = (rank - t) % size, (rank - t - 1) % size
-        buf = tmp[(t % 2) * half:(t % 2) * half + counts[rc]]
-        snds.append(s.send(chunk[sc], right, tag=tag0 + t, after=reds[-1:] or init))
-        rcv = s.recv(buf, left, tag=tag0 + t, after=reds[-2:-1] or after)
-        reds.append(s.reduce(chunk[rc], buf, op, after=[rcv] + init))
-    last = reds[-1:]
-    for t in range(size - 1):
-        sc, rc = (rank + 1 - t) % size, (rank - t) % size
-        s.send(chunk[sc], right, tag=tag0 + size - 1 + t, after=last)
-        last = [s.recv(chunk[rc], left, tag=tag0 + size - 1 + t,
-                       after=[reds[-1], snds[t]] + last)]
-
-
-def _fold(s, size, rank):
-    """Ranks beyond the largest power of two p2 fold into a partner.
-    Returns (p2, rem, new rank or None, real rank of a new rank)."""
-    p2 = 1 << (size.bit_length() - 1)
-    rem = size - p2
-    new = None if rank < 2 * rem and rank % 2 == 0 else \
-        (rank // 2 if rank < 2 * rem else rank - rem)
-    return p2, rem, new, (lambda v: 2 * v + 1 if v < rem else v + rem)
-
-
-def build_rabenseifner(s, size, rank, send, recv, tmp, op, inplace, after=(),
-                       tag0=0):
-    """Reduce-scatter by recursive halving, allgather by recursive doubling.
-
-    The vector is cut into p2 chunks.  Halving: at distance m = p2/2, ..., 1
-    each rank keeps the half of its current range on its side of the split
-    (bit m of its rank), sends the other half to rank ^ m and adds the half
-    it receives; it ends owning chunk `rank`, fully reduced.  Doubling: at
-    distance m = 1, ..., p2/2 partners swap what they own, doubling it::
-
-        p2 = 4, chunks c0..c3      halving m=2     halving m=1    doubling
-        r0  keeps c0 c1 -> c0      send c2 c3      send c1        c0 <-> c1 ...
-        r2  keeps c2 c3 -> c2      send c0 c1      send c3
-
-    Non-powers of two fold the extra ranks in and out as recursive doubling
-    does.  2 log2(p2) steps of shrinking/growing size: bandwidth optimal with
-    fewer synchronisations than the ring.
-    """
-    prev = list(after) if inplace else [s.copy(recv, send, after=after)]
-    p2, rem, new, real = _fold(s, size, rank)
-    steps = p2.bit_length() - 1
-    unfold_tag = 2 * steps + 1
-    if new is None:                                  # folded away
-        snd = s.send(recv, rank + 1, tag=tag0 + 0, after=prev)
-        return s.recv(recv, rank + 1, tag=tag0 + unfold_tag, after=[snd])
-    if rank < 2 * rem:
-        r = s.recv(tmp, rank - 1, tag=tag0 + 0, after=after)
-        prev = [s.reduce(recv, tmp, op, after=prev + [r])]
-    n = recv.size
-    counts = [n // p2 + (1 if i < n % p2 else 0) for i in range(p2)]
-    offs = np.concatenate([[0], np.cumsum(counts)]).astype(int)
-
-    def rng(lo, hi):
-        return recv[offs[lo]:offs[hi]]
-
-    lo, hi, tag, mask, gave = 0, p2, 1, p2 // 2, {}
-    while mask:
-        mid = (lo + hi) // 2
-        keep, give = ((mid, hi), (lo, mid)) if new & mask else \
-            ((lo, mid), (mid, hi))
-        k = offs[keep[1]] - offs[keep[0]]
-        peer = real(new ^ mask)
-        gave[mask] = s.send(rng(*give), peer, tag=tag0 + tag, after=prev)
-        rcv = s.recv(tmp[0:k], peer, tag=tag0 + tag, after=prev)
-        prev = [s.reduce(rng(*keep), tmp[0:k], op, after=[gave[mask], rcv])]
-        (lo, hi), mask, tag = keep, mask // 2, tag + 1
-    mask = 1
-    while mask < p2:
-        width = hi - lo
-        other = (lo - width, lo) if new & mask else (hi, hi + width)
-        peer = real(new ^ mask)
-        s.send(rng(lo, hi), peer, tag=tag0 + tag, after=prev)
-        prev = [s.recv(rng(*other), peer, tag=tag0 + tag, after=prev + [gave[mask]])]
-        lo, hi = min(lo, other[0]), max(hi, other[1])
-        mask, tag = mask * 2, tag + 1
-    if rank < 2 * rem:
-        return s.send(recv, rank - 1, tag=tag0 + unfold_tag, after=prev)
-    return prev[0]
-
-
-BUILDERS = {"recursive_doubling": build_recursive_doubling, "ring": build_ring,
-            "rabenseifner": build_rabenseifner}
 
 
 _settings = {}
@@ -431,16 +282,21 @@ def _plan(sendbuf, recvbuf, op, comm, algorithm, priority=0):
 
 
 def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
-               priority=0):
-    """Start a non-blocking allreduce; ``wait()`` returns the result array.
+               priority=0, compression=None):
+    """Start a non-blocking allreduce; ``wait()`` returns the result.
 
     Args:
         sendbuf: NumPy array, buffer-protocol object, mpi4py spec
-            ``[buf, MPI.DOUBLE]``, ``MPI.IN_PLACE``, or a CuPy array (then
-            ``recvbuf`` is one too, the reductions run on the GPU and the
-            result is a CuPy array; see :mod:`partialcoll._device`).
-        recvbuf: where the result goes (allocated when None); pass the same
-            object as ``sendbuf`` for an in-place reduction.
+            ``[buf, MPI.DOUBLE]``, ``MPI.IN_PLACE``, a tensor or any object
+            exporting DLPack (a torch tensor in, a torch tensor out), or a
+            CuPy array (then ``recvbuf`` is one too, the reductions run on
+            the GPU and the result is a CuPy array; see
+            :mod:`partialcoll._device`).  bfloat16 and float16 are reduced
+            in float32 and rounded once (see
+            :mod:`partialcoll.collectives._staging`).
+        recvbuf: where the result goes (allocated, of the caller's type,
+            when None); pass the same object as ``sendbuf`` for an in-place
+            reduction.
         op: ``partialcoll.SUM`` etc., or ``MPI.SUM``-style constants.
         comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
         algorithm: ``"recursive_doubling"``, ``"ring"`` or
@@ -449,6 +305,9 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
         priority: the priority of its messages: with a cap on sends in
             flight (:func:`partialcoll.set_send_cap`), queued messages of
             concurrent collectives leave lowest number first.
+        compression: None, or ``"fp16"`` (:class:`partialcoll.Compression`):
+            float data travels as float16, at float16's precision, and
+            comes back in its own dtype.
 
     The buffers must stay untouched until ``wait()`` returns (or ``test()``
     says True); from then on partialcoll holds no reference to them.
@@ -459,6 +318,19 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
         ...                      # overlap computation
         total = req.wait()
     """
+    if _staging.plain(sendbuf, recvbuf, compression):
+        return _iallreduce(sendbuf, recvbuf, op, comm, algorithm, priority)
+    call = _staging.Call(sendbuf, recvbuf, op, compression)
+    return _staging.CallRequest(_iallreduce(call.send, call.recv, call.op,
+                                            comm, algorithm, priority), call)
+
+
+#: compression= of a call made by a staged one: its buffers are the wire's
+_STAGED = object()
+
+
+def _iallreduce(sendbuf, recvbuf, op, comm, algorithm, priority):
+    """iallreduce of arrays the executor reduces as they are."""
     send, recv, result, sched, tags = _plan(sendbuf, recvbuf, op, comm,
                                             algorithm, priority)
     if sched is None:
@@ -478,12 +350,14 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
 
 
 def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
-              priority=0):
-    """Blocking allreduce on the executor; returns the result array.
+              priority=0, compression=None):
+    """Blocking allreduce on the executor; returns the result (an array, or
+    an object of the caller's type: a torch tensor for a torch tensor).
 
     Same arguments as :func:`iallreduce`.  Example::
 
         total = partialcoll.allreduce(np.arange(4.0))   # elementwise sum
+        total = partialcoll.allreduce(torch.ones(4, dtype=torch.bfloat16))
 
     Repeated calls with NumPy arrays of the same size, dtype and op take a
     cached plan (kept with the communicator's library state): no validation
@@ -494,7 +368,8 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
     if comm is None:
         comm = MPI.COMM_WORLD
     if (type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
-            and type(op) is Op):
+            and type(op) is Op and (compression is None
+                                    or compression is _STAGED)):
         plan = _find_plan(comm, (sendbuf.dtype, sendbuf.size, op, algorithm,
                                  sendbuf is recvbuf, priority))
         if (plan is not None and recvbuf.dtype == sendbuf.dtype
@@ -515,9 +390,15 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
                     _unbind(core)
                     raise
                 return recvbuf
+    if compression is not _STAGED and \
+            not _staging.plain(sendbuf, recvbuf, compression):
+        call = _staging.Call(sendbuf, recvbuf, op, compression)
+        allreduce(call.send, call.recv, call.op, comm, algorithm, priority,
+                  _STAGED)
+        return call.finish()
     if _device_of(sendbuf, recvbuf) is not None:
-        return iallreduce(sendbuf, recvbuf, op, comm, algorithm,
-                          priority).wait()
+        return _iallreduce(sendbuf, recvbuf, op, comm, algorithm,
+                           priority).wait()
     send, recv, result, sched, tags = _plan(sendbuf, recvbuf, op, comm,
                                             algorithm, priority)
     if sched is None:
@@ -527,7 +408,9 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
         core.run(send, recv, tags)
     finally:
         _unbind(core)
-    if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
+    # (never float16: uncompressed, it is staged through float32)
+    if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray and \
+            send.dtype != np.float16:
         lc = _comm.library_comm(comm)
         lc.cache.setdefault("allreduce.plans", {})[
             (send.dtype, send.size, as_op(op), algorithm, send is recv,

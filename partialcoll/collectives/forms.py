@@ -28,13 +28,13 @@ first, or use the context manager around the loop.
 """
 import collections
 
-import numpy as np
 from mpi4py import MPI
 
-from .. import _comm, _device
+from .. import _arrays, _comm, _device
+from .._errors import ScheduleError
 from ..ops import OPS, as_op
 from . import _rounds
-from .partial import make_rounds
+from .partial import deliver, make_rounds
 
 SUM = OPS["SUM"]
 
@@ -46,12 +46,17 @@ class _Form:
     """One cached function-form object and what an automatic flush held
     back for its next result."""
 
-    __slots__ = ("key", "rounds", "dirty", "held", "created")
+    __slots__ = ("key", "rounds", "dirty", "held", "created", "array_kind")
 
     def __init__(self, key, rounds, created):
         self.key, self.rounds, self.created = key, rounds, created
         self.dirty = False            # called since its last flush
         self.held = None              # a Result for the next call
+        self.array_kind = None        # of its latest caller's data
+
+    def deliver(self, res):
+        """``res`` as its latest caller's results are (type and dtype)."""
+        return deliver(self.rounds, res, self.array_kind)
 
 
 class _Forms:
@@ -59,7 +64,8 @@ class _Forms:
 
     def __init__(self):
         self.cache = collections.OrderedDict()     # key -> _Form, LRU first
-        self.held = {}          # key -> (label, Result) of an evicted form
+        self.held = {}          # key -> (label, Result, _Form) of an evicted
+        #                         form (Result as accumulated: not delivered)
         self.created = 0
 
 
@@ -83,43 +89,51 @@ def _merge(first, later, combine):
 
 def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
     comm = MPI.COMM_WORLD if comm is None else comm
-    backend = _device.backend_of(sendbuf)
-    mem = backend or _device.HOST
-    device = backend and backend.device_id(sendbuf)
-    x = _device.flat_in_place(sendbuf, mem, device, "sendbuf", name)
-    shape = x.shape if backend is None and \
-        not isinstance(sendbuf, np.ndarray) else sendbuf.shape
+    data = _arrays.ingest(sendbuf, "sendbuf")
+    mem = data.backend or _device.HOST
+    device = data.backend and data.backend.device_id(data.array)
+    _device.flat_in_place(data.array, mem, device, "sendbuf", name)
+    shape = data.shape
     op = as_op(op)
-    key = (kind, shape, x.dtype.str, op.name, mem.name, device,
+    key = (kind, shape, str(data.dtype), op.name, mem.name, device,
            tuple(sorted(kw.items())))
     lc = _comm.library_comm(comm)
     lc.before_collective(keep=key)          # flush the other signatures
     forms = _forms(lc)
     form = forms.cache.get(key)
     if form is None:
-        form = _new_form(lc, forms, key, kind, name, mem.empty(shape, x.dtype),
-                         op, comm, kw)
+        form = _new_form(lc, forms, key, kind, name, data, op, comm, kw)
     forms.cache.move_to_end(key)
-    res = form.rounds.start(form.rounds.take_buffer(x)).wait()
+    form.array_kind = data.kind             # flush_partials delivers so
+    res = form.rounds.start(form.rounds.take_buffer(data)[0]).wait()
     form.dirty = True
     if form.rounds.kind != "solo":
         lc.pending = True                   # _flush_waiting_forms has work
     if form.held is not None:
         res, form.held = _merge(form.held, res, form.rounds._combine), None
     if recvbuf is not None:
-        out = _device.flat_in_place(recvbuf, mem, device, "recvbuf", name)
-        out[...] = res.data.reshape(-1)
+        out = _arrays.ingest(recvbuf, "recvbuf")
+        flat = _device.flat_in_place(out.array, mem, device, "recvbuf", name)
+        if out.dtype is not data.dtype and out.dtype != data.dtype:
+            raise ScheduleError(f"recvbuf is {out.dtype}, sendbuf "
+                                f"{data.dtype}")
+        if _arrays.is_half(data.dtype):
+            _arrays.narrow(res.data.reshape(-1), data.dtype, out=flat)
+        else:
+            flat[...] = res.data.reshape(-1)
         res.data = recvbuf
-    return res
+        return res
+    return deliver(form.rounds, res, data.kind)
 
 
 def _new_form(lc, forms, key, kind, name, like, op, comm, kw):
     """Make the object of a new signature, evicting (closing) the least
-    recently used one when the cache is full."""
+    recently used one when the cache is full.  ``like``: the ingested
+    sendbuf (:class:`~.._arrays.Data`)."""
     while len(forms.cache) >= FORMS_PER_COMM:
         old = forms.cache.popitem(last=False)[1]
         forms.held[old.key] = (old.rounds.label, _merge(
-            old.held, old.rounds.close(), old.rounds._combine))
+            old.held, old.rounds.close(), old.rounds._combine), old)
     rounds = make_rounds(kind, name, like, op, comm, seed=kw.get("seed", 0),
                          quorum=kw.get("quorum"))
     opts = "".join(f", {k}={v}" for k, v in sorted(kw.items()))
@@ -127,7 +141,7 @@ def _new_form(lc, forms, key, kind, name, like, op, comm, kw):
                    f"{op.name}{opts})"
     forms.created += 1
     form = forms.cache[key] = _Form(key, rounds, forms.created)
-    form.held = forms.held.pop(key, (None, None))[1]
+    form.held = forms.held.pop(key, (None, None, None))[1]
     return form
 
 
@@ -184,10 +198,12 @@ def _settle(comm, close):
             res, form.held, form.dirty = \
                 _merge(form.held, res, r._combine), None, False
         if res is not None:
-            out.append((r.label, res))
+            out.append((r.label, form.deliver(res) if form is not None
+                        else deliver(r, res)))
     for lc in lcs:
         forms = _forms(lc)
-        out += list(forms.held.values())
+        out += [(label, form.deliver(res))
+                for label, res, form in forms.held.values()]
         forms.held.clear()
         if close:
             forms.cache.clear()

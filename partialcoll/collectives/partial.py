@@ -11,9 +11,9 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
-from .. import _device
+from .. import _arrays, _device
 from .._errors import ScheduleError, require_thread_multiple
-from ..ops import OPS, as_op, check_op_dtype
+from ..ops import OPS, as_op
 from . import _rounds
 from ._rounds import Result as PartialResult, designated as _designated  # noqa: F401
 from ._rounds import tag_block_size  # noqa: F401
@@ -27,21 +27,39 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
     """Check the arguments and make the state of a partial allreduce object
     (:class:`._rounds.Rounds`) shaped like ``like`` (collective)."""
     require_thread_multiple()
-    backend = _device.backend_of(like)
-    if backend is None:
-        like = np.asarray(like)
+    if not isinstance(like, _arrays.Data):
+        like = _arrays.ingest(like if hasattr(like, "__dlpack__") or
+                              _device.backend_of(like) is not None or
+                              hasattr(like, "__cuda_array_interface__")
+                              else np.asarray(like), "like")
+    backend = like.backend
     op = as_op(op)
-    check_op_dtype(op, like.dtype)
+    _arrays.check_op(op, like.dtype)
     comm = MPI.COMM_WORLD if comm is None else comm
     if sync_every is not None and int(sync_every) < 1:
         raise ScheduleError("sync_every must be a positive integer or None")
-    args = {"name": name, "shape": like.shape, "dtype": like.dtype, "op": op,
+    # 16-bit floats are deposited, reduced and accumulated in float32 and
+    # rounded once, when a result is delivered (see deliver)
+    args = {"name": name, "shape": like.shape, "given": like.dtype,
+            "dtype": _arrays.FLOAT32 if _arrays.is_half(like.dtype)
+            else like.dtype, "array_kind": like.kind, "op": op,
             "comm": comm, "catch_up": bool(catch_up), "seed": int(seed),
             "sync_every": None if sync_every is None else int(sync_every),
             "quorum": quorum, "mem": backend or _device.HOST,
             "priority": int(priority),
-            "device": backend and backend.device_id(like)}
-    return _rounds.KINDS[kind](like.size, args, algorithm)
+            "device": backend and backend.device_id(like.array)}
+    return _rounds.KINDS[kind](like.array.size, args, algorithm)
+
+
+def deliver(rounds, res, kind=None):
+    """``res`` (a :class:`PartialResult` of ``rounds``, or None) with its
+    data as the caller's results are: of ``kind``'s type (default: like
+    the object's ``like``) and of the object's dtype (16-bit floats,
+    accumulated in float32, are rounded here, once)."""
+    if res is not None:
+        res.data = _arrays.deliver(res.data, rounds.given,
+                                   kind or rounds.array_kind)
+    return res
 
 
 class PartialAllreduce:
@@ -61,31 +79,36 @@ class PartialAllreduce:
         self._rounds = make_rounds(self.kind, type(self).__name__, like, op,
                                    comm, catch_up, sync_every, quorum, seed,
                                    algorithm, priority)
-        for k in ("shape", "dtype", "op", "comm", "catch_up", "seed",
-                  "sync_every", "quorum", "size", "rank"):
+        for k in ("shape", "op", "comm", "catch_up", "seed", "sync_every",
+                  "quorum", "size", "rank"):
             setattr(self, k, getattr(self._rounds, k))
+        self.dtype = self._rounds.given
         self._finalizer = weakref.finalize(self, _rounds.dropped, self._rounds)
 
     def __call__(self, sendbuf):
-        """Contribute ``sendbuf`` and return a :class:`PartialResult`."""
+        """Contribute ``sendbuf`` and return a :class:`PartialResult`
+        whose ``data`` is of ``sendbuf``'s type (a torch tensor for a torch
+        tensor) and of this object's dtype."""
         return self.start(sendbuf).wait()
 
     def start(self, sendbuf):
         """Non-blocking form: returns a request with ``test()``/``wait()``."""
         r = self._rounds
-        return r.start(r.take_buffer(sendbuf))
+        x, kind = r.take_buffer(sendbuf)
+        return _Delivering(r, r.start(x), kind)
 
     def flush(self):
         """A synchronous round that every rank calls: returns everything
         still pending (every rank's deposits, and the rounds this rank has
-        not observed) as a :class:`PartialResult`."""
-        return self._rounds.flush()
+        not observed) as a :class:`PartialResult` (``data`` of ``like``'s
+        type)."""
+        return deliver(self._rounds, self._rounds.flush())
 
     def close(self):
         """Collective: a final synchronous round (so nothing pending is
         lost: its :class:`PartialResult` is returned), then free everything.
         Idempotent."""
-        res = self._rounds.close()
+        res = deliver(self._rounds, self._rounds.close())
         self._finalizer.detach()
         return res
 
@@ -137,6 +160,26 @@ class PartialAllreduce:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class _Delivering:
+    """A call's request: its result is delivered (the caller's type and
+    dtype) once, when the round is taken."""
+
+    def __init__(self, rounds, request, kind):
+        self._rounds, self._request, self._kind = rounds, request, kind
+        self._res = None
+
+    def test(self):
+        """True when the round completed (``wait()`` then returns at once)."""
+        return self._res is not None or self._request.test()
+
+    def wait(self, timeout=None):
+        """Wait for the round and return the :class:`PartialResult`."""
+        if self._res is None:
+            self._res = deliver(self._rounds, self._request.wait(timeout),
+                                self._kind)
+        return self._res
 
 
 class SoloAllreduce(PartialAllreduce):

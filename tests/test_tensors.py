@@ -1,0 +1,186 @@
+"""Tensors in, tensors out (CPU torch tensors through DLPack): allreduce,
+iallreduce, the partial collectives and their function forms, at the
+running comm size.  16-bit floats are in test_half.py."""
+import random
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import partialcoll as pc
+
+torch = pytest.importorskip("torch", reason="needs PyTorch")
+pytestmark = [pytest.mark.mpi, pytest.mark.max_ranks(5)]
+COMM = MPI.COMM_WORLD
+P, RANK = COMM.size, COMM.rank
+SIZES = [0, 1, 7, 1000]
+KINDS = [("solo", pc.SoloAllreduce, {}),
+         ("majority", pc.MajorityAllreduce, {"seed": 3}),
+         ("quorum", pc.QuorumAllreduce, {"quorum": max(1, P // 2)})]
+
+
+def reference(x, op=MPI.SUM):
+    a = x.numpy()
+    out = np.empty_like(a)
+    COMM.Allreduce(np.ascontiguousarray(a), out, op=op)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32,
+                                   torch.int64, torch.uint8])
+@pytest.mark.parametrize("algorithm", ["recursive_doubling", "ring",
+                                       "rabenseifner"])
+def test_allreduce_returns_a_tensor_equal_to_mpi(dtype, algorithm):
+    gen = torch.Generator().manual_seed(RANK)
+    for n in SIZES:
+        x = (torch.randint(0, 50, (n,), generator=gen)).to(dtype)
+        for op, mop in ((pc.SUM, MPI.SUM), (pc.MAX, MPI.MAX)):
+            got = pc.allreduce(x, op=op, algorithm=algorithm)
+            assert isinstance(got, torch.Tensor) and got.dtype == dtype
+            assert got.shape == x.shape
+            assert n == 0 or got.data_ptr() != x.data_ptr()
+            assert np.array_equal(got.numpy(), reference(x, mop))
+            req = pc.iallreduce(x, op=op, algorithm=algorithm)
+            got = req.wait()
+            assert isinstance(got, torch.Tensor)
+            assert np.array_equal(got.numpy(), reference(x, mop))
+
+
+def test_shapes_in_place_and_recvbuf_are_kept():
+    x = torch.arange(24, dtype=torch.float64).reshape(2, 3, 4) + RANK
+    want = reference(x)
+    out = torch.empty_like(x)
+    assert pc.allreduce(x, out) is out and np.array_equal(out.numpy(), want)
+    ptr = x.data_ptr()
+    y = x.clone()
+    assert pc.allreduce(y, y) is y and np.array_equal(y.numpy(), want)
+    z = x.clone()
+    assert pc.allreduce(MPI.IN_PLACE, z) is z and \
+        np.array_equal(z.numpy(), want)
+    assert pc.iallreduce(x.clone(), out).wait() is out
+    got = pc.allreduce(x)
+    assert got.shape == (2, 3, 4) and x.data_ptr() == ptr
+    assert np.array_equal(x.numpy(), (torch.arange(24.0).reshape(2, 3, 4)
+                                      + RANK).numpy())     # input untouched
+
+
+def test_mixed_numpy_and_tensor_buffers():
+    x = torch.full((5,), float(RANK + 1))
+    out = np.empty(5, np.float32)
+    assert pc.allreduce(x, out) is out
+    assert (out == P * (P + 1) / 2).all()
+    t = torch.empty(5)
+    assert pc.allreduce(np.full(5, RANK + 1, np.float32), t) is t
+    assert (t.numpy() == P * (P + 1) / 2).all()
+
+
+def test_bad_tensors_raise_clear_errors():
+    x = torch.ones(4, 6)
+    with pytest.raises(pc.ScheduleError, match="C-contiguous"):
+        pc.allreduce(x.t())
+    with pytest.raises(pc.ScheduleError, match="C-contiguous"):
+        pc.allreduce(torch.ones(6, 4), x.t())       # never a silent copy
+    with pytest.raises(pc.ScheduleError, match="detach"):
+        pc.allreduce(torch.ones(3, requires_grad=True))
+    with pytest.raises(pc.ScheduleError, match="does not match"):
+        pc.allreduce(torch.ones(3), torch.ones(4))
+    with pytest.raises(pc.ScheduleError, match="does not match"):
+        pc.allreduce(torch.ones(3), torch.ones(3, dtype=torch.float64))
+    with pytest.raises(pc.ScheduleError, match="not defined"):
+        pc.allreduce(torch.ones(3), op=pc.BAND)
+    assert np.array_equal(pc.allreduce(x).numpy(), np.full((4, 6), P))
+
+
+@pytest.mark.parametrize("name,cls,kw", KINDS, ids=[k[0] for k in KINDS])
+def test_partial_objects_take_and_return_tensors_exactly_once(name, cls, kw):
+    """Every result is a tensor; over all calls plus flush, a rank receives
+    every contribution exactly once (int64, bit for bit)."""
+    gen = torch.Generator().manual_seed(RANK)
+    rng = random.Random(RANK)
+    ar = cls(torch.zeros(2, 3, dtype=torch.int64), **kw)
+    assert ar.dtype == np.int64 and ar.shape == (2, 3)
+    got, mine = torch.zeros(2, 3, dtype=torch.int64), np.zeros((2, 3),
+                                                               np.int64)
+    for _ in range(200):
+        time.sleep(rng.random() * 0.0003)
+        x = torch.randint(-100, 100, (2, 3), generator=gen)
+        res = ar(x)
+        assert isinstance(res.data, torch.Tensor) and res.data.shape == (2, 3)
+        got += res.data
+        mine += x.numpy()
+    last = ar.flush()
+    assert isinstance(last.data, torch.Tensor)
+    got += last.data
+    total = np.empty_like(mine)
+    COMM.Allreduce(mine, total)
+    assert np.array_equal(got.numpy(), total)
+    assert isinstance(ar.close().data, torch.Tensor)
+
+
+def test_partial_result_type_follows_the_call():
+    """A NumPy-made object answers a tensor call with a tensor and a NumPy
+    call with an array; flush answers as ``like``."""
+    with pc.SoloAllreduce(np.zeros(3)) as ar:
+        assert isinstance(ar(torch.ones(3, dtype=torch.float64)).data,
+                          torch.Tensor)
+        assert isinstance(ar(np.ones(3)).data, np.ndarray)
+        assert isinstance(ar.flush().data, np.ndarray)
+        req = ar.start(torch.ones(3, dtype=torch.float64))
+        res = req.wait()
+        assert req.wait() is res and isinstance(res.data, torch.Tensor)
+        with pytest.raises(pc.ScheduleError, match="takes float64"):
+            ar(torch.ones(3))
+
+
+def test_function_forms_with_tensors():
+    pc.close_partials(COMM)            # what earlier tests left open
+    x = torch.full((4,), 2.0)
+    total = torch.zeros(4)
+    for _ in range(20):
+        res = pc.majority_allreduce(x)
+        assert isinstance(res.data, torch.Tensor)
+        total += res.data
+    out = torch.empty(4)
+    res = pc.solo_allreduce(x, out)
+    assert res.data is out
+    total += out
+    for label, res in pc.close_partials(COMM):
+        assert isinstance(res.data, torch.Tensor), label
+        total += res.data
+    assert (total.numpy() == 2.0 * 21 * P).all()
+
+
+def test_torch_allreduce_sum_and_average():
+    import partialcoll.torch as pct
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4) * (RANK + 1)
+    before = x.clone()
+    avg = pct.allreduce(x)
+    assert avg.dtype == torch.float32 and avg.shape == (3, 4)
+    assert torch.equal(x, before) and avg.data_ptr() != x.data_ptr()
+    assert np.allclose(avg.numpy(), reference(x) / P)
+    assert np.array_equal(pct.allreduce(x, op="sum").numpy(), reference(x))
+    assert np.array_equal(pct.allreduce(x, average=False).numpy(),
+                          reference(x))
+    assert np.array_equal(pct.allreduce(x, op=pc.MAX).numpy(),
+                          reference(x, MPI.MAX))
+    ints = torch.arange(5) * RANK
+    assert np.array_equal(pct.allreduce(ints, op="sum").numpy(),
+                          reference(ints))
+    with pytest.raises(ValueError, match="floating-point"):
+        pct.allreduce(ints)
+    # a non-contiguous tensor, and one that requires grad, are read as is
+    w = torch.ones(4, 3, requires_grad=True)
+    assert np.array_equal(pct.allreduce(w.t(), op="sum").detach().numpy(),
+                          np.full((3, 4), P, np.float32))
+
+
+def test_torch_allreduce_average_of_bfloat16_is_rounded_once():
+    import partialcoll.torch as pct
+    gen = torch.Generator().manual_seed(RANK)
+    x = (torch.rand(999, generator=gen) * 4 - 2).to(torch.bfloat16)
+    sum32 = pc.allreduce(x.float().numpy())
+    want = torch.from_numpy(sum32 / np.float32(P)).to(torch.bfloat16)
+    got = pct.allreduce(x)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
