@@ -1,1 +1,2 @@
-"""Benchmarks, run under mpiexec: ``python -m partialcoll.bench {sweep,overhead}``."""
+"""Benchmarks, run under mpiexec: ``partialcoll-bench COMMAND`` (or
+``python -m partialcoll.bench COMMAND``); ``--help`` lists the commands."""

@@ -1,23 +1,67 @@
-"""``partialcoll-bench {latency,sweep,overhead,hyperplane,lstm}`` (or ``python -m
-partialcoll.bench``), run under mpiexec."""
+"""``partialcoll-bench COMMAND [options]`` (or ``python -m partialcoll.bench``):
+partialcoll's benchmarks, run under mpiexec.
+
+One argparse parser with a subparser per benchmark, so ``--help`` lists every
+command with a line about it and ``partialcoll-bench COMMAND --help`` shows
+that benchmark's options (each module's ``add_args``) and its description
+(the module docstring).
+"""
+import argparse
 import sys
 
 from . import (aware, hyperplane, latency, lstm, netcal, overhead, rps, sweep,
                tictac, tictac_allreduce)
 
-COMMANDS = {"latency": latency, "sweep": sweep, "overhead": overhead,
-            "hyperplane": hyperplane, "lstm": lstm, "netcal": netcal,
-            "rps": rps, "aware": aware, "tictac": tictac,
-            "tictac-allreduce": tictac_allreduce}
+#: name -> (module, one line for the top-level --help)
+COMMANDS = {
+    "latency": (latency, "the eager-SGD paper's latency experiment: "
+                         "MPI_Allreduce, allreduce, majority, quorum, solo "
+                         "under skew"),
+    "sweep": (sweep, "message-size sweep of allreduce against "
+                     "MPI_Allreduce"),
+    "overhead": (overhead, "executor costs: per op, post-to-completion, "
+                           "progress-thread CPU, scale"),
+    "hyperplane": (hyperplane, "hyperplane regression with an injected "
+                               "delay (the paper's Figure 10)"),
+    "lstm": (lstm, "LSTM over sequences of uneven length: inherent load "
+                   "imbalance (needs torch)"),
+    "netcal": (netcal, "calibrate the emulated network against its model"),
+    "rps": (rps, "RPS: training over a network that loses messages "
+                 "(needs scikit-learn)"),
+    "aware": (aware, "network-aware parameter-server load balancing on "
+                     "uneven links"),
+    "tictac": (tictac, "TicTac's transfer orders for a parameter server "
+                       "(needs torch, torchvision)"),
+    "tictac-allreduce": (tictac_allreduce, "TicTac's priorities for "
+                                           "bucketed allreduce (needs torch, "
+                                           "torchvision)"),
+}
+
+
+def build_parser():
+    """The ``partialcoll-bench`` parser: a subparser per entry of
+    ``COMMANDS``, its options from the module's ``add_args`` and its
+    ``run`` as the ``run`` default."""
+    parser = argparse.ArgumentParser(
+        prog="partialcoll-bench",
+        description="partialcoll's benchmarks. Run them under mpiexec, e.g. "
+                    "'mpiexec -n 8 partialcoll-bench latency'; "
+                    "'partialcoll-bench COMMAND --help' shows a command's "
+                    "options.")
+    commands = parser.add_subparsers(title="commands", dest="command",
+                                     metavar="COMMAND", required=True)
+    for name, (module, summary) in COMMANDS.items():
+        sub = commands.add_parser(
+            name, help=summary, description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_args(sub)
+        sub.set_defaults(run=module.run)
+    return parser
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in COMMANDS:
-        print(__doc__.strip(), file=sys.stderr)
-        print("commands: " + ", ".join(COMMANDS), file=sys.stderr)
-        return 2
-    COMMANDS[argv[0]].main(argv[1:])
+    args = build_parser().parse_args(argv)
+    args.run(args)
     return 0
 
 

@@ -77,8 +77,9 @@ def _cell(v):
 def cli(module, name, argv=None):
     """The command line of one benchmark module (its add_args and run)."""
     import argparse
-    p = argparse.ArgumentParser(prog=f"python -m partialcoll.bench {name}",
-                                description=module.__doc__)
+    p = argparse.ArgumentParser(
+        prog=f"partialcoll-bench {name}", description=module.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     module.add_args(p)
     return module.run(p.parse_args(argv))
 

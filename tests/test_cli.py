@@ -1,0 +1,93 @@
+"""The command line (``partialcoll-bench``): argparse subparsers, so
+``--help`` lists every benchmark and each one's ``--help`` its options;
+and library code that reports through logging, not print."""
+import argparse
+import ast
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+
+import partialcoll
+from partialcoll.bench.__main__ import COMMANDS, build_parser
+
+
+def bench_argv():
+    """The installed console script, or ``python -m partialcoll.bench``
+    (a source checkout with the extension built in place)."""
+    exe = os.path.join(os.path.dirname(sys.executable), "partialcoll-bench")
+    if os.path.exists(exe):
+        return [exe]
+    return [sys.executable, "-m", "partialcoll.bench"]
+
+
+def run_bench(*args, timeout=60):
+    # no MPI launcher's variables: a singleton MPI process; wide lines, so
+    # argparse does not wrap the help texts the test looks for
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "OMPI_"))}
+    env["COLUMNS"] = "250"
+    t0 = time.monotonic()
+    p = subprocess.run(bench_argv() + list(args), capture_output=True,
+                       text=True, timeout=timeout, env=env,
+                       cwd=os.path.dirname(__file__))
+    return p, time.monotonic() - t0
+
+
+def test_top_level_help_lists_every_command_with_its_summary():
+    p, secs = run_bench("--help")
+    assert p.returncode == 0, p.stderr
+    assert secs < 30, f"--help took {secs:.1f} s"
+    text = " ".join(p.stdout.split())
+    assert text.startswith("usage: partialcoll-bench")
+    for name, (_, summary) in COMMANDS.items():
+        assert f"{name} {' '.join(summary.split())}" in text, name
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_each_command_help_shows_its_options(name):
+    p, secs = run_bench(name, "--help")
+    assert p.returncode == 0, p.stderr
+    assert secs < 30, f"{name} --help took {secs:.1f} s"
+    assert p.stdout.startswith(f"usage: partialcoll-bench {name} ")
+    # its own options, from the module's add_args
+    own = argparse.ArgumentParser(add_help=False)
+    COMMANDS[name][0].add_args(own)
+    flags = [a.option_strings[-1] for a in own._actions if a.option_strings]
+    assert flags and all(f in p.stdout for f in flags)
+
+
+def test_missing_or_unknown_command_is_a_usage_error():
+    p, _ = run_bench()
+    assert p.returncode == 2 and "required: COMMAND" in p.stderr
+    p, _ = run_bench("no-such-bench")
+    assert p.returncode == 2 and "invalid choice: 'no-such-bench'" in p.stderr
+
+
+def test_parsed_arguments_reach_the_commands_run():
+    args = build_parser().parse_args(["latency", "--iters", "3"])
+    module = COMMANDS["latency"][0]
+    assert args.run == module.run and args.iters == 3
+
+
+def print_calls(path):
+    """Line numbers of calls to print() in a module (docstrings, which may
+    show a user printing, are not calls)."""
+    tree = ast.parse(path.read_text(), str(path))
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name) and node.func.id == "print"]
+
+
+def test_library_code_reports_through_logging_not_print():
+    """Only the command-line tools (partialcoll.bench) print."""
+    root = pathlib.Path(partialcoll.__file__).parent
+    found = {str(p.relative_to(root)): lines
+             for p in sorted(root.rglob("*.py"))
+             if "bench" not in p.relative_to(root).parts
+             for lines in [print_calls(p)] if lines}
+    assert not found, f"print() in library code (use the 'partialcoll' " \
+                      f"logger): {found}"
