@@ -6,6 +6,11 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: where ranks other than 0 write their output under mpiexec: LOGS/P<size>/
+#: rank<r>.log (tests/run.sh removes a run's logs when it passed)
+LOGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "logs")
+_console = None       # the console's stderr, on a rank whose output is logged
+_log_path = None      # that rank's log file
 
 
 def _world_size():
@@ -15,6 +20,50 @@ def _world_size():
     if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
         return 1
     return mpi.COMM_WORLD.Get_size()
+
+
+def _launcher_rank():
+    """(rank, size) from the MPI launcher's environment (MPICH's hydra and
+    Intel MPI set PMI_*, Open MPI OMPI_COMM_WORLD_*), read before MPI is
+    initialised; (0, 1) outside a launcher."""
+    for rank, size in (("PMI_RANK", "PMI_SIZE"),
+                       ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")):
+        if rank in os.environ and size in os.environ:
+            return int(os.environ[rank]), int(os.environ[size])
+    return 0, 1
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """Under mpiexec only rank 0 writes to the console: every other rank's
+    stdout and stderr (pytest's report, and anything C or MPI prints) go
+    to ``LOGS/P<size>/rank<r>.log``, so the console reads like one pytest
+    run.  A failure is still shown on the console at once (see
+    ``pytest_runtest_logreport``).
+
+    pytest's output capture saved the console's descriptors when it
+    started and restores them whenever it suspends, so it is stopped
+    around the redirection and started again on the log (it is suspended
+    at this point, between loading the conftests and the session)."""
+    global _console, _log_path
+    rank, size = _launcher_rank()
+    if rank == 0 or size == 1 or _console is not None:
+        return
+    _log_path = os.path.join(LOGS, f"P{size}", f"rank{rank}.log")
+    os.makedirs(os.path.dirname(_log_path), exist_ok=True)
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is not None:
+        capman.stop_global_capturing()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _console = os.fdopen(os.dup(2), "w")
+    log = os.open(_log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    if capman is not None:
+        capman.start_global_capturing()
+        capman.suspend_global_capture()
 
 
 def pytest_runtest_setup(item):
@@ -32,16 +81,22 @@ def pytest_runtest_logreport(report):
     """A test that fails on one rank of several leaves the other ranks
     waiting in its collectives until mpiexec's time limit, and that rank's
     report would only be printed in the summary that never comes.  So under
-    mpiexec (--with-mpi, size > 1) write the failing rank's report to stderr
-    at once and abort every rank."""
+    mpiexec (--with-mpi, size > 1) write the failing rank's report to the
+    console's stderr at once (and to its log, if it has one), then abort
+    every rank."""
     if not report.failed or _world_size() == 1:
         return
     from mpi4py import MPI
     rank = MPI.COMM_WORLD.Get_rank()
-    sys.stderr.write(f"\n==== rank {rank}: {report.nodeid} FAILED "
-                     f"({report.when}) ====\n{report.longreprtext}\n"
-                     f"==== rank {rank}: aborting all ranks ====\n")
-    sys.stderr.flush()
+    where = (f"; its whole output is in {_log_path}"
+             if _log_path else "")
+    text = (f"\n==== rank {rank}: {report.nodeid} FAILED ({report.when}) "
+            f"====\n{report.longreprtext}\n"
+            f"==== rank {rank}: aborting all ranks{where} ====\n")
+    for stream in (sys.stderr, _console):     # the log, and the console
+        if stream is not None:
+            stream.write(text)
+            stream.flush()
     sys.stdout.flush()
     MPI.COMM_WORLD.Abort(1)
 

@@ -4,6 +4,12 @@
 # mpiexec at P = 1 2 3 4 5 8 (tests marked max_ranks(n) skip above n ranks).
 # Every mpiexec has a time limit so a deadlock
 # fails fast.  Usage: bash tests/run.sh   (PARTIALCOLL_VENV picks the venv)
+#
+# Under mpiexec only rank 0 writes to the console; ranks 1..P-1 write to
+# tests/logs/P<P>/rank<r>.log (tests/conftest.py does it).  A failing rank
+# still prints its failure to the console before it aborts the others.  The
+# logs of a run at P that passed are removed; those of a failed run are kept
+# and their last lines printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${PARTIALCOLL_VENV:-.venv}
@@ -31,8 +37,19 @@ cd tests   # import the installed package, not the source tree
 status=0
 echo "== single-process tests"
 timeout 600 pytest -q -m "not mpi" . || status=1
+rm -rf logs
 for n in 1 2 3 4 5 8; do
-    echo "== MPI tests, P = $n"
-    timeout 300 mpiexec -n "$n" pytest -q --with-mpi -m mpi . || status=1
+    echo "== MPI tests, P = $n (rank 0; ranks 1..$((n - 1)) write tests/logs/P$n/)"
+    if timeout 300 mpiexec -n "$n" pytest -q --with-mpi -m mpi .; then
+        rm -rf "logs/P$n"
+    else
+        status=1
+        for log in logs/P"$n"/rank*.log; do
+            [ -e "$log" ] || continue
+            echo "---- the last 40 lines of tests/$log (kept)"
+            tail -n 40 "$log"
+        done
+    fi
 done
+rmdir logs 2>/dev/null || true
 exit $status

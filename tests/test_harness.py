@@ -1,5 +1,6 @@
-"""The test harness itself: a failure on one rank under mpiexec aborts every
-rank at once and its report reaches the log."""
+"""The test harness itself: under mpiexec only rank 0 writes to the
+console, the other ranks to per-rank log files; a failure on one rank
+aborts every rank at once and its report reaches the console."""
 import os
 import shutil
 
@@ -24,16 +25,54 @@ def test_fails_on_the_last_rank():
 '''
 
 
-def test_failure_on_one_rank_aborts_all_and_is_reported(tmp_path):
+PASSING = '''
+import sys
+
+import pytest
+from mpi4py import MPI
+
+pytestmark = pytest.mark.mpi
+
+
+def test_passes_and_says_so(capsys):
+    with capsys.disabled():
+        print(f"rank {MPI.COMM_WORLD.rank} says hello")
+        print(f"rank {MPI.COMM_WORLD.rank} to stderr", file=sys.stderr)
+'''
+
+
+def run_pytest_under_mpiexec(tmp_path, name, text, n=3):
     shutil.copy(os.path.join(os.path.dirname(__file__), "conftest.py"),
                 tmp_path / "conftest.py")
-    (tmp_path / "test_one_rank_fails.py").write_text(FAILING_ON_ONE_RANK)
-    rc, out, err, secs = run_mpi(
-        ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "--with-mpi", "-m", "mpi", "test_one_rank_fails.py"],
-        n=3, timeout=60, cwd=str(tmp_path))
+    (tmp_path / name).write_text(text)
+    return run_mpi(["python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "--with-mpi", "-m", "mpi", name],
+                   n=n, timeout=60, cwd=str(tmp_path))
+
+
+def test_failure_on_one_rank_aborts_all_and_is_reported(tmp_path):
+    rc, out, err, secs = run_pytest_under_mpiexec(
+        tmp_path, "test_one_rank_fails.py", FAILING_ON_ONE_RANK)
     assert rc not in (0, 124), (rc, out, err)      # 124: timed out (hung)
     assert secs < 45, f"took {secs:.0f} s: the other ranks were not aborted"
+    # the last rank writes to its log, yet its failure reaches the console
+    log = tmp_path / "logs" / "P3" / "rank2.log"
     assert "test_one_rank_fails.py::test_fails_on_the_last_rank FAILED" in err
     assert "deliberate failure on the last rank" in err
+    assert f"aborting all ranks; its whole output is in {log}" in err
     assert "test_expected_failure_does_not_abort" not in err
+    assert "deliberate failure on the last rank" in log.read_text()
+
+
+def test_only_rank_0_writes_to_the_console(tmp_path):
+    rc, out, err, _ = run_pytest_under_mpiexec(
+        tmp_path, "test_passing.py", PASSING)
+    assert rc == 0, (out, err)
+    assert "rank 0 says hello" in out and "rank 0 to stderr" in err
+    assert out.count("1 passed") == 1, out
+    for rank in (1, 2):
+        assert f"rank {rank}" not in out + err, (out, err)
+        log = (tmp_path / "logs" / "P3" / f"rank{rank}.log").read_text()
+        assert f"rank {rank} says hello" in log
+        assert f"rank {rank} to stderr" in log and "1 passed" in log
+    assert not (tmp_path / "logs" / "P3" / "rank0.log").exists()
