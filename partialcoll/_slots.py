@@ -88,8 +88,8 @@ def _param(value, dtype, what):
 class RoundOutcomes:
     """How every op of a schedule ended in its last completed round.
 
-    Attributes: ``round`` (-1 before the first), ``outcome`` (uint8 per op:
-    see :data:`OUTCOMES`), ``delivered`` (int32 per op: inputs that were
+    Attributes: ``round`` (-1 before the first), ``outcome`` (uint8 per op;
+    :meth:`name` spells one out), ``delivered`` (int32 per op: inputs that were
     delivered, e.g. how many blocks arrived at a NOP joining receives),
     ``t_done`` (float64 per op: when a send, receive, timed op, gate or
     fence completed, on the executor's clock :func:`partialcoll.now`, e.g.

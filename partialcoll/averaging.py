@@ -80,7 +80,8 @@ class RPSOptimizer:
         optimizer: has ``params`` (arrays updated in place) and
             ``step(grads)``.
         average: ``"model"`` (RPS) or ``"gradients"`` (the baseline).
-        comm, seed, timeout, traffic_class: as :class:`RPSAverage`.
+        comm, seed, timeout, traffic_class: as
+            :class:`~partialcoll.RPSAverage`.
     """
 
     def __init__(self, optimizer, average="model", comm=None, seed=0,
@@ -93,7 +94,8 @@ class RPSOptimizer:
         self.last = None
 
     def step(self, grads):
-        """One training step; returns the averaging's :class:`RPSRound`."""
+        """One training step; returns the averaging's
+        :class:`~partialcoll.RPSRound`."""
         if len(grads) != len(self.params):
             raise ScheduleError(f"{len(grads)} gradients for "
                                 f"{len(self.params)} parameters")

@@ -24,7 +24,7 @@ application triggers) executed in *rounds* by the C progress thread; see
   on the schedule's own stream, which waits for the caller's stream at every
   post.  Sends and receives of device memory go to a CUDA-aware MPI
   directly, or are staged through pinned host memory by copy ops the
-  schedule adds itself (see :mod:`partialcoll._device`).  ``fence()``
+  schedule adds itself (see ``partialcoll/_device.py``).  ``fence()``
   completes once the device work queued before it has run.
 
 Example (two ranks exchange and sum a vector)::
@@ -514,7 +514,8 @@ class Schedule:
         return _DataLock(self._core_sched())
 
     def outcomes(self):
-        """A :class:`RoundOutcomes` for the last completed round."""
+        """A :class:`~partialcoll.schedule.RoundOutcomes` for the last
+        completed round."""
         rnd, oc, nok, t = self._core_sched().outcomes()
         return RoundOutcomes(rnd, np.frombuffer(oc, np.uint8),
                              np.frombuffer(nok, np.int32),
@@ -549,8 +550,9 @@ class Schedule:
 
     @property
     def stats(self):
-        """Counters since commit: ``stale`` (a stamped message or fire whose
-        round is over), ``surplus`` (an op's input beyond what fired it),
+        """A dict of the counters since commit.
+
+        ``stale`` (a stamped message or fire whose round is over), ``surplus`` (an op's input beyond what fired it),
         ``dropped`` and ``timedout`` (receive outcomes), ``late`` (messages
         that came after their receive timed out, discarded), ``swallowed``
         (silently lost messages whose receive then timed out).  Stamped

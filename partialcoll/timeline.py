@@ -78,6 +78,7 @@ def raw():
 
 
 def clear():
+    """Forget the events recorded so far by this process."""
     raw()
     _state["chunks"] = []
 
@@ -206,6 +207,8 @@ class Timeline:
         self.per_rank = per_rank
 
     def events(self):
+        """Every rank's events as dicts (see the module docstring), with
+        their ``rank``, rank by rank."""
         return [_decode(r, rank) for rank, a in sorted(self.per_rank.items())
                 for r in a]
 

@@ -1,8 +1,9 @@
 """``import partialcoll.torch as pct``: eager-SGD for PyTorch, and
 Horovod's broadcasts and :func:`allreduce` of a tensor.
 
-See :mod:`partialcoll.eager.torch` (the optimizer wrapper and the DDP hook)
-and :mod:`partialcoll.broadcast_torch` (broadcasts) for the documentation.
+The optimizer wrapper and the DDP hook live in
+``partialcoll/eager/torch.py``, the broadcasts in
+``partialcoll/broadcast_torch.py``; each is documented below.
 Needs torch (``pip install partialcoll[torch]``).
 """
 try:

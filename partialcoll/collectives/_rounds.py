@@ -110,8 +110,8 @@ def designated(seed, rnd, size):
     return (z ^ (z >> 31)) % size
 
 
-class Result:
-    """What one call returns (re-exported as ``partialcoll.PartialResult``).
+class PartialResult:
+    """What one call returns (``partialcoll.PartialResult``).
 
     Attributes:
         data: the result (an array shaped like ``like``): with ``catch_up``
@@ -323,7 +323,7 @@ class Rounds:
 
     def start(self, x):
         """Contribute ``x`` (a flat array on the object's memory); returns a
-        request whose ``wait()`` gives a :class:`Result`."""
+        request whose ``wait()`` gives a :class:`PartialResult`."""
         self.check_open()
         self._calls += 1
         if self.sync_every and self._calls % self.sync_every == 0:
@@ -507,7 +507,7 @@ class Rounds:
             rounds, skipped, self._nskipped = rounds + self._nskipped, 0, 0
         if late is not None:
             self._watch_stragglers(stat_rounds, late)
-        return Result(data.reshape(self.shape), included,
+        return PartialResult(data.reshape(self.shape), included,
                       self._observed - 1, active, rounds, marked, skipped)
 
     # -- the straggler report ---------------------------------------------
@@ -565,7 +565,7 @@ class Rounds:
         return self._sched.rounds
 
     def close(self):
-        """Collective: a final synchronous round (its :class:`Result` is
+        """Collective: a final synchronous round (its :class:`PartialResult` is
         returned: nothing pending is lost), then free.  Idempotent."""
         if self.closed:
             return None
@@ -617,7 +617,7 @@ class _Request:
             self._rounds._sched.test(round=self._round)
 
     def wait(self, timeout=None):
-        """Wait for the round and return the :class:`Result`."""
+        """Wait for the round and return the :class:`PartialResult`."""
         if self._res is None:
             self._rounds._sched.wait(round=self._round, timeout=timeout)
             self._res = self._rounds._take(self._seq)

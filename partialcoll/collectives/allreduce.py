@@ -290,18 +290,19 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
             ``[buf, MPI.DOUBLE]``, ``MPI.IN_PLACE``, a tensor or any object
             exporting DLPack (a torch tensor in, a torch tensor out), or a
             CuPy array (then ``recvbuf`` is one too, the reductions run on
-            the GPU and the result is a CuPy array; see
-            :mod:`partialcoll._device`).  bfloat16 and float16 are reduced
-            in float32 and rounded once (see
-            :mod:`partialcoll.collectives._staging`).
+            the GPU and the result is a CuPy array; see the README's "GPU
+            buffers").  bfloat16 and float16 are reduced in float32 and
+            rounded once (``partialcoll/collectives/_staging.py``).
         recvbuf: where the result goes (allocated, of the caller's type,
             when None); pass the same object as ``sendbuf`` for an in-place
             reduction.
         op: ``partialcoll.SUM`` etc., or ``MPI.SUM``-style constants.
         comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
         algorithm: ``"recursive_doubling"``, ``"ring"`` or
-            ``"rabenseifner"`` (default: chosen by size, see
-            :func:`choose_algorithm`).
+            ``"rabenseifner"``.  Default: ``PARTIALCOLL_ALLREDUCE_ALGORITHM``
+            if set, else recursive doubling up to
+            ``PARTIALCOLL_ALLREDUCE_THRESHOLD`` bytes (16 KiB) and above
+            it Rabenseifner when P is a power of two, else the ring.
         priority: the priority of its messages: with a cap on sends in
             flight (:func:`partialcoll.set_send_cap`), queued messages of
             concurrent collectives leave lowest number first.

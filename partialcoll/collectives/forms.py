@@ -51,7 +51,7 @@ class _Form:
     def __init__(self, key, rounds, created):
         self.key, self.rounds, self.created = key, rounds, created
         self.dirty = False            # called since its last flush
-        self.held = None              # a Result for the next call
+        self.held = None              # a PartialResult for the next call
         self.array_kind = None        # of its latest caller's data
 
     def deliver(self, res):
@@ -64,8 +64,9 @@ class _Forms:
 
     def __init__(self):
         self.cache = collections.OrderedDict()     # key -> _Form, LRU first
-        self.held = {}          # key -> (label, Result, _Form) of an evicted
-        #                         form (Result as accumulated: not delivered)
+        # key -> (label, PartialResult, _Form) of an evicted form (the
+        # result as accumulated: not delivered)
+        self.held = {}
         self.created = 0
 
 
@@ -82,9 +83,9 @@ def _merge(first, later, combine):
         return later if first is None else first
     data = later.data.copy()
     combine(first.data, later.data, out=data)
-    return _rounds.Result(data, later.included, later.round, later.active,
-                          first.rounds + later.rounds, later.sync,
-                          first.skipped + later.skipped)
+    return _rounds.PartialResult(data, later.included, later.round,
+                                 later.active, first.rounds + later.rounds,
+                                 later.sync, first.skipped + later.skipped)
 
 
 def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):

@@ -15,7 +15,7 @@ from .. import _arrays, _device
 from .._errors import ScheduleError, require_thread_multiple
 from ..ops import OPS, as_op
 from . import _rounds
-from ._rounds import Result as PartialResult, designated as _designated  # noqa: F401
+from ._rounds import PartialResult, designated as _designated  # noqa: F401
 from ._rounds import tag_block_size  # noqa: F401
 
 SUM = OPS["SUM"]

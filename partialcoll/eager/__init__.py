@@ -1,8 +1,9 @@
 """eager-SGD (the paper's section 5): data-parallel training whose gradient
 averaging is a partial allreduce, so a slow rank no longer stalls the rest.
 
-* :mod:`.core`: :class:`EagerAverager`, framework-agnostic (NumPy arrays);
-* :mod:`.optim`: NumPy optimizers and their :class:`EagerOptimizer`;
+* ``core``: :class:`EagerAverager`, framework-agnostic (NumPy arrays);
+* ``optim``: NumPy optimizers (:class:`SGD`, :class:`Adam`) and their
+  :class:`EagerOptimizer`;
 * :mod:`partialcoll.torch`: the PyTorch wrapper (imports torch).
 """
 from .core import EagerAverager, StepInfo

@@ -162,7 +162,7 @@ class EagerAverager:
         device: a device (CuPy) array on the GPU the buffers should live on,
             for ``(shape, dtype)`` templates; device templates imply it.
         op: ``"average"`` (the sum over ranks divided by their number) or
-            ``"sum"`` (see :func:`check_op`).
+            ``"sum"`` (also ``partialcoll.SUM`` or ``MPI.SUM``).
         predivide: Horovod's ``gradient_predivide_factor`` f: gradients are
             divided by f before the sum and the sum by P / f (``"average"``
             only; 1: the sum is divided by P).  The result is the same
@@ -578,12 +578,14 @@ class AveragerFront:
 
     @property
     def last_step(self):
-        """The latest step's :class:`StepInfo` (None before the first):
-        ``active`` (processes with fresh gradients, NAP), ``included``
-        (this rank's gradient is in the update), ``rounds``."""
+        """The latest step's :class:`~partialcoll.eager.StepInfo` (None
+        before the first): ``active`` (processes with fresh gradients,
+        NAP), ``included`` (this rank's gradient is in the update),
+        ``rounds``."""
         return self.averager.last
 
     def stats(self):
         """Counters: steps, included, rounds, mean_active (average NAP), and
-        the straggler report (see :meth:`EagerAverager.stats`)."""
+        the straggler report (see
+        :meth:`partialcoll.eager.EagerAverager.stats`)."""
         return self.averager.stats()

@@ -80,13 +80,13 @@ class EagerOptimizer(AveragerFront):
     """Turn a NumPy optimizer into eager-SGD.
 
     ``step(grads)`` averages ``grads`` across ranks with a partial allreduce
-    (see :class:`~partialcoll.eager.core.EagerAverager` for ``mode``,
+    (see :class:`~partialcoll.eager.EagerAverager` for ``mode``,
     ``sync_every``, ``comm``, ``bucket_bytes`` and ``seed``) and passes the
     result to the wrapped optimizer's ``step``.  A gradient that misses its
     round is carried into a later one and applied then: nothing is lost.
 
     Creating, ``flush()`` and ``close()`` are collective; ``last_step``
-    and ``stats()`` report (see :class:`~partialcoll.eager.core.AveragerFront`).
+    and ``stats()`` report how the steps went.
     """
 
     def __init__(self, optimizer, mode="solo", sync_every=None, comm=None,

@@ -254,7 +254,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         reduces what has accumulated, however many passes that is.  A
         second call before ``step()`` does nothing.  Collective like
         ``step()`` (in the modes where a step waits for others).  Returns
-        the step's :class:`StepInfo`."""
+        the step's :class:`~partialcoll.eager.StepInfo`."""
         if not self._synchronized:
             if self._local is not None:
                 self._local.complete(now=True)

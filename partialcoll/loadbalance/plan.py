@@ -2,7 +2,7 @@
 algorithms of Cai et al., "Adaptive load balancing for parameter servers in
 distributed machine learning over heterogeneous networks"
 (../shared/papers/adaptive-ps-load-balancing.txt), section 3.  No MPI
-here: :mod:`.allreduce` runs the plans.
+here: :class:`partialcoll.LoadBalancedAllreduce` runs the plans.
 
 The stored text lost every equation; these are reconstructed from its
 prose (the README's "Load balancing" section states them too):

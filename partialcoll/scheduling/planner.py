@@ -134,7 +134,7 @@ class Graph:
 
     @property
     def compute_time(self):
-        """C: the sum of the compute ops' times (one compute stream)."""
+        """The sum of the compute ops' times, C (one compute stream)."""
         return sum(op.time for op in self.ops if op.kind == COMPUTE)
 
     def with_times(self, recv_time=None, compute_time=None):
