@@ -98,6 +98,9 @@ setup(
         "partialcoll-bench = partialcoll.bench.__main__:main"]},
     extras_require={
         "test": ["pytest", "pytest-mpi", "matplotlib", "scikit-learn"],
+        # the API reference: sphinx-build -W --keep-going -b html docs
+        # docs/_build/html
+        "docs": ["sphinx>=7", "furo"],
         "bench": ["tqdm", "matplotlib", "scikit-learn"],
         "torch": ["torch"],
         # TicTac's traced models (partialcoll.scheduling.graphs); pick the

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test suite: installs partialcoll with its test extras into a virtual
-# environment, runs the single-process tests once, then the MPI tests under
+# The test suite: installs partialcoll with its test and docs extras into a
+# virtual environment, builds the API reference (docs/, warnings are
+# errors), runs the single-process tests once, then the MPI tests under
 # mpiexec at P = 1 2 3 4 5 8 (tests marked max_ranks(n) skip above n ranks).
 # Every mpiexec has a time limit so a deadlock
 # fails fast.  Usage: bash tests/run.sh   (PARTIALCOLL_VENV picks the venv)
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 VENV=${PARTIALCOLL_VENV:-.venv}
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-"$VENV/bin/python" -m pip install -q ".[test]"
+"$VENV/bin/python" -m pip install -q ".[test,docs]"
 # PyTorch (CPU build) for the partialcoll.torch tests.  PARTIALCOLL_TORCH is
 # the pip requirement to install, or "skip" (those tests then skip, saying
 # why).  Pinned: an unpinned "torch" may pull several GB of CUDA packages.
@@ -33,8 +34,18 @@ if [ "$VISION" != skip ] && [ "$TORCH" != skip ] &&
         echo "warning: could not install $VISION: the torchvision tests will skip"
 fi
 export PATH="$PWD/$VENV/bin:$PATH"
-cd tests   # import the installed package, not the source tree
 status=0
+# The API reference from the docstrings, warnings as errors.  sphinx-build
+# (not python -m sphinx, which would put the source tree first on sys.path)
+# imports the installed package; tests/test_docs.py then checks that every
+# public name is in this build.
+echo "== API reference (docs/, Sphinx)"
+if timeout 600 sphinx-build -W --keep-going -q -b html docs docs/_build/html; then
+    export PARTIALCOLL_DOCS_HTML="$PWD/docs/_build/html"
+else
+    status=1
+fi
+cd tests   # import the installed package, not the source tree
 echo "== single-process tests"
 timeout 600 pytest -q -m "not mpi" . || status=1
 rm -rf logs
