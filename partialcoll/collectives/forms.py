@@ -3,8 +3,8 @@ collective ways to flush and close partial collective objects.
 
 ``solo_allreduce(x)``, ``majority_allreduce(x)``, ``quorum_allreduce(x, k)``
 keep one persistent object per signature (communicator, shape, dtype, op,
-memory, options), at most :data:`FORMS_PER_COMM` per communicator (least
-recently used first).  Like every MPI collective they must be called in the
+memory, options), at most ``FORMS_PER_COMM`` (16) per communicator (the
+least recently used is closed first).  Like every MPI collective they must be called in the
 same order on every rank, which makes all of the following deterministic.
 
 The rule "flush a majority or quorum object before another collective" (a
@@ -14,13 +14,14 @@ them by the library wherever it can see the next collective:
 * every library collective on the communicator (``allreduce``,
   ``iallreduce``, creating a partial object, a function-form call of another
   signature) first flushes the majority/quorum function forms called since
-  their last flush (a ``before_collective`` hook of :mod:`.._comm`);
+  their last flush (a ``before_collective`` hook of ``partialcoll._comm``);
 * evicting a form from the cache closes it;
 * ``with partials(comm):`` flushes and closes them at exit.
 
 What such an automatic flush returns is not lost: it is held and combined
 into that signature's next result (as catch-up combines missed rounds), or
-returned by :func:`flush_partials` / :func:`close_partials`.
+returned by :func:`~partialcoll.flush_partials` /
+:func:`~partialcoll.close_partials`.
 
 What remains the user's job: an mpi4py collective (``comm.Barrier()``,
 ``comm.allreduce``) cannot be intercepted; call ``flush_partials(comm)``

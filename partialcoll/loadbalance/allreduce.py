@@ -63,8 +63,9 @@ class LoadBalancedAllreduce:
         comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
         scheme: ``"aware"``, ``"average"`` or ``"oracle"``.
         slice_elems: elements per data slice (the paper's constant: 1.2e5).
-        num_probe, size_probe: probe slices per server and their elements
-            (the paper's defaults: 2 and 10,000); 0 probes: none.
+        num_probe: probe slices to every server before the data (the
+            paper's default: 2; 0: none).
+        size_probe: elements per probe slice (the paper's: 10,000).
         measure: send forecasts and measure the links (needed by "aware").
         threshold: Algorithm 1 stops when max t - min t <= threshold max t.
         window: calls whose measurements the throughput estimate averages.
