@@ -15,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${PARTIALCOLL_VENV:-.venv}
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+VENV=$(cd "$VENV" && pwd)    # absolute: PATH must still hold after cd tests
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$VENV/bin/python" -m pip install -q ".[test,docs]"
 # PyTorch (CPU build) for the partialcoll.torch tests.  PARTIALCOLL_TORCH is
@@ -33,7 +34,7 @@ if [ "$VISION" != skip ] && [ "$TORCH" != skip ] &&
     "$VENV/bin/python" -m pip install -q --no-deps "$VISION" ||
         echo "warning: could not install $VISION: the torchvision tests will skip"
 fi
-export PATH="$PWD/$VENV/bin:$PATH"
+export PATH="$VENV/bin:$PATH"
 status=0
 # The API reference from the docstrings, warnings as errors.  sphinx-build
 # (not python -m sphinx, which would put the source tree first on sys.path)
