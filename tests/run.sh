@@ -60,6 +60,7 @@ for n in 1 2 3 4 5 8; do
             [ -e "$log" ] || continue
             echo "---- the last 40 lines of tests/$log (kept)"
             tail -n 40 "$log"
+            echo
         done
     fi
 done

@@ -16,7 +16,6 @@ from conftest import ROOT
 
 pytest.importorskip("sphinx", reason="Sphinx is not installed (pip install "
                     "'partialcoll[docs]')")
-from sphinx.util.inventory import InventoryFile  # noqa: E402
 
 #: the packages whose __all__ is the public API, and the names documented
 #: under another module (the same object)
@@ -42,6 +41,8 @@ def html(tmp_path_factory):
 
 
 def documented(html):
+    """Every object name in the build's inventory (objects.inv)."""
+    from sphinx.util.inventory import InventoryFile
     with open(os.path.join(html, "objects.inv"), "rb") as f:
         inventory = InventoryFile.load(f, "", os.path.join)
     return {name for names in inventory.values() for name in names}
