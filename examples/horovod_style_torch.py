@@ -4,8 +4,10 @@ wrapper that averages the gradients (here eager-SGD's, which tolerates a
 slow rank), checkpoint and resume, and at the end the straggler report.
 
     mpiexec -n 4 python examples/horovod_style_torch.py --steps 200
-    mpiexec -n 4 python examples/horovod_style_torch.py --steps 100 --checkpoint ckpt.pt
-    mpiexec -n 4 python examples/horovod_style_torch.py --steps 100 --checkpoint ckpt.pt  # resumes
+
+    # 100 steps, saved to ckpt.pt; the same again resumes from it
+    mpiexec -n 4 python examples/horovod_style_torch.py --checkpoint ckpt.pt
+    mpiexec -n 4 python examples/horovod_style_torch.py --checkpoint ckpt.pt
 
 The data are scikit-learn's digits (8x8 images of 0..9) when scikit-learn is
 installed, else generated data of the same shape.  The last rank sleeps
@@ -26,8 +28,8 @@ import partialcoll.torch as pct
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=200,
-                   help="training steps in this run (default 200)")
+    p.add_argument("--steps", type=int, default=100,
+                   help="training steps in this run (default 100)")
     p.add_argument("--mode", default="solo",
                    help="gradient averaging: sync (Horovod's synchronous "
                         "allreduce), solo, majority, or an integer quorum "

@@ -1,5 +1,5 @@
-"""``partialcoll-bench COMMAND [options]`` (or ``python -m partialcoll.bench``):
-partialcoll's benchmarks, run under mpiexec.
+"""``partialcoll-bench COMMAND [options]`` (or ``python -m
+partialcoll.bench``): partialcoll's benchmarks, run under mpiexec.
 
 One argparse parser with a subparser per benchmark, so ``--help`` lists every
 command with a line about it and ``partialcoll-bench COMMAND --help`` shows
