@@ -89,7 +89,7 @@ setup(
     long_description_content_type="text/markdown",
     packages=["partialcoll", "partialcoll.collectives", "partialcoll.eager",
               "partialcoll.scheduling", "partialcoll.bench",
-              "partialcoll.loadbalance"],
+              "partialcoll.loadbalance", "partialcoll.mlfabric"],
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExt},
     python_requires=">=3.9",

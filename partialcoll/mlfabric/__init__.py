@@ -1,0 +1,23 @@
+"""MLfabric (Viswanathan and Akella, *Network-accelerated Distributed
+Machine Learning Using MLfabric*, ``../shared/papers/mlfabric.txt``):
+network-aware ordering, aggregation and replication of a parameter
+server's updates.
+
+The algorithms, without MPI (testable on their own):
+
+* :mod:`.links`: the network as the scheduler sees it: per-NIC rates and
+  a reservation timeline per link; t_en (Fig. 4) and NetUp;
+* :mod:`.monitor`: the lagged link-rate monitor, the scheduler's only
+  source of rates;
+* :mod:`.ordering`: update ordering with deadlines from tau_max and the
+  look-ahead drop (section 5.1, Algorithms 1 and 2);
+* :mod:`.aggregation`: in-network aggregation (5.2, Algorithm 3) and
+  MLfabric-S (section 6);
+* :mod:`.replication`: bounded-divergence replication (5.3, Eq. 11);
+* :mod:`.scheduler`: the three in sequence per batch;
+* :mod:`.microbench`: the scheduler's time per batch (section 7.4).
+"""
+from .links import NetworkState, Timeline, Transfer
+from .monitor import LinkMonitor
+
+__all__ = ["LinkMonitor", "NetworkState", "Timeline", "Transfer"]
