@@ -17,7 +17,11 @@ The algorithms, without MPI (testable on their own):
 * :mod:`.scheduler`: the three in sequence per batch;
 * :mod:`.microbench`: the scheduler's time per batch (section 7.4).
 """
+from .aggregation import Aggregation, Group, aggregate, aggregate_sync
 from .links import NetworkState, Timeline, Transfer
 from .monitor import LinkMonitor
+from .ordering import Ordering, Update, deadline, delays, order_updates
 
-__all__ = ["LinkMonitor", "NetworkState", "Timeline", "Transfer"]
+__all__ = ["Aggregation", "Group", "LinkMonitor", "NetworkState",
+           "Ordering", "Timeline", "Transfer", "Update", "aggregate",
+           "aggregate_sync", "deadline", "delays", "order_updates"]
