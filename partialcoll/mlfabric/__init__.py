@@ -21,7 +21,12 @@ from .aggregation import Aggregation, Group, aggregate, aggregate_sync
 from .links import NetworkState, Timeline, Transfer
 from .monitor import LinkMonitor
 from .ordering import Ordering, Update, deadline, delays, order_updates
+from .replication import (DivergenceTracker, Replication, divergence_bound,
+                          replicate)
+from .scheduler import BatchPlan, Scheduler
 
-__all__ = ["Aggregation", "Group", "LinkMonitor", "NetworkState",
-           "Ordering", "Timeline", "Transfer", "Update", "aggregate",
-           "aggregate_sync", "deadline", "delays", "order_updates"]
+__all__ = ["Aggregation", "BatchPlan", "DivergenceTracker", "Group",
+           "LinkMonitor", "NetworkState", "Ordering", "Replication",
+           "Scheduler", "Timeline", "Transfer", "Update", "aggregate",
+           "aggregate_sync", "deadline", "delays", "divergence_bound",
+           "order_updates", "replicate"]
