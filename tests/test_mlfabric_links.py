@@ -150,3 +150,82 @@ def test_monitor_never_reads_the_true_rates():
         mon.report(0.0, 1, "up", 1.0)
     with pytest.raises(ValueError):
         mon.report(0.0, 1, "out", 0.0)
+
+
+# --- the C loops against the Python ones ----------------------------------
+
+def random_timelines(rng, count=8):
+    """Timelines shaped by random reservations and releases (Python)."""
+    links = []
+    for _ in range(count):
+        link = Timeline(rng.choice([1.0, 2.5, 10.0, math.inf]), 0.0)
+        for _ in range(rng.randrange(6)):
+            a = rng.uniform(0, 5)
+            pts = sorted({a, a + rng.uniform(0.01, 4), rng.uniform(0, 9)})
+            if pts[0] < 0 or len(pts) < 2:
+                continue
+            cap = link.cap if link.cap < math.inf else 50.0
+            rates = [rng.uniform(0, cap / 2) for _ in pts[:-1]]
+            link = link._py_added(pts, rates, rng.choice([1.0, 1.0, -1.0])
+                                  if rng.random() < 0.2 else 1.0)
+        links.append(link)
+    return links
+
+
+def test_c_loops_match_python_bit_for_bit():
+    from partialcoll.mlfabric import links
+    if links._c is None:
+        pytest.skip("partialcoll.mlfabric._linkops is not built")
+    rng = random.Random(11)
+    for _ in range(300):
+        a, b = rng.sample(random_timelines(rng, 4), 2)
+        start = rng.choice([0.0, rng.uniform(0, 8)])
+        size = rng.choice([0.0, rng.uniform(0.01, 40)])
+        assert links._c.finish_time(a, b, start, size) == \
+            links._py_finish_time(a, b, start, size)
+        c_fill = links._c.fill(a, b, start, size)
+        assert c_fill == links._py_fill(a, b, start, size)
+        end, points, rates = c_fill
+        if end < math.inf and rates:
+            for sign in (1.0, -1.0):
+                for link in (a, b):
+                    want = link._py_added(points, rates, sign)
+                    got = link.added(points, rates, sign)
+                    assert (got.times, got.used) == (want.times, want.used)
+    with pytest.raises(ValueError):
+        links._c.added(Timeline(1.0, 5.0), [1.0, 2.0], [0.5], 1.0)
+
+
+def test_pure_python_plans_the_same_as_c():
+    """The whole scheduler with the Python loops (a fresh interpreter with
+    PARTIALCOLL_MLFABRIC_PURE_PYTHON=1) plans exactly what it plans with
+    the C ones."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from partialcoll.mlfabric import links
+    if links._c is None:
+        pytest.skip("partialcoll.mlfabric._linkops is not built")
+    code = ("import json, numpy as np\n"
+            "from partialcoll.mlfabric.microbench import random_batch\n"
+            "from partialcoll.mlfabric.monitor import LinkMonitor\n"
+            "from partialcoll.mlfabric.scheduler import Scheduler\n"
+            "from partialcoll.mlfabric import links\n"
+            "out, inn, ups, tau = random_batch(60, np.random.default_rng(5))\n"
+            "s = Scheduler(0, sorted(out), LinkMonitor(out, inn), tau, 3, 1,"
+            " 2, div_max=8.0, gamma=0.9)\n"
+            "p = s.plan(0.0, ups)\n"
+            "print(json.dumps([links._c is None, [[g.uid for g in grp.members]"
+            " for grp in p.groups], [grp.end for grp in p.groups],"
+            " [grp.end for grp in p.replication.groups]]))\n")
+    env = dict(os.environ, PARTIALCOLL_MLFABRIC_PURE_PYTHON="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    pure = json.loads(out.strip().splitlines()[-1])
+    env.pop("PARTIALCOLL_MLFABRIC_PURE_PYTHON")
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    fast = json.loads(out.strip().splitlines()[-1])
+    assert pure[0] is True and fast[0] is False
+    assert pure[1:] == fast[1:]

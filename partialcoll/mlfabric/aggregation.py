@@ -55,7 +55,7 @@ the best cost.
 """
 import numpy as np
 
-from .links import INF
+from .links import INF, Transfer
 
 
 class Group:
@@ -134,26 +134,32 @@ def aggregate(order, net, dst, aggregators, start=None, floor=-INF,
     nb = (lambda g: -INF) if not not_before else \
         (lambda g: not_before.get(g.uid, -INF))
     cases = _Cases(order, net, dst, aggregators, start, floor, ordered, nb)
-    best, evaluated = (INF, len(order) + 1, None, None), 0
+    best, evaluated = (INF, len(order) + 1), 0
     for n in cases.candidates(lambda: best[0]):
         tie_ok = n < best[1]          # ties go to the smaller n
         lb = cases.lower(n)
         if lb > best[0] or (lb == best[0] and not tie_ok):
             continue
         evaluated += 1
-        trial = cases.network(n)
         if n == len(order):
-            cost, groups = cases.T[n], []
+            cost = cases.T[n]
         else:
             over = (lambda v, b=best[0]: v > b) if tie_ok else \
                 (lambda v, b=best[0]: v >= b)
-            cost, groups = _det_agg_rest(order[n:], trial, dst, aggregators,
-                                         start, cases.T[n], ordered, over,
-                                         nb, cases.bounds(n))
+            cost, _ = _det_agg_rest(order[n:], cases.network(n), dst,
+                                    aggregators, start, cases.T[n], ordered,
+                                    over, nb, cases.bounds(n), trial=True)
         if cost < best[0] or (cost == best[0] and tie_ok):
-            best = (cost, n, cases.direct[:n] + groups, trial)
-    cost, n, groups, chosen = best
-    return Aggregation(groups, n, cost, chosen, evaluated)
+            best = (cost, n)
+    cost, n = best
+    chosen, groups = cases.network(n), []
+    if n < len(order):       # the chosen case again, every transfer kept
+        again, groups = _det_agg_rest(order[n:], chosen, dst, aggregators,
+                                      start, cases.T[n], ordered,
+                                      lambda v: False, nb, cases.bounds(n))
+        assert again == cost, (again, cost)
+    return Aggregation(cases.direct[:n] + groups, n, cost, chosen,
+                       evaluated)
 
 
 class _Cases:
@@ -276,22 +282,24 @@ def aggregate_sync(updates, net, dst, aggregators, start=None, floor=-INF):
 
 
 def _det_agg_rest(rest, net, dst, aggregators, start, t_max, ordered,
-                  over, nb, lower):
+                  over, nb, lower, trial=False):
     """DetAgg after its first n direct updates (lines 8-19 of Alg 3) on
     ``net`` (changed).  Returns (cost, groups), or (inf, None) as soon as
     ``over(x)`` holds for a value x the cost cannot be below;
     ``lower(i, j)`` bounds the cost when rest[i:] is left for aggregators
-    j..k-1."""
+    j..k-1.  A ``trial`` only computes the cost (no groups; a worker's
+    outgoing link is reserved only if the case uses it again)."""
     groups, members, arrivals = [], [], []
     k, a, i = len(aggregators), 0, 0
+    reused = _reused(rest, aggregators) if trial else None
     if over(lower(0, 0)):
         return INF, None
     while i < len(rest):
         g, node = rest[i], aggregators[a]
-        t = net.finish(g.worker, node, start, g.size)
+        t, points, rates = net.fill(g.worker, node, start, g.size)
         if members and t > t_max and a + 1 < k:
             grp = _close(net, node, dst, members, arrivals, t_max, ordered,
-                         nb)
+                         nb, trial)
             groups.append(grp)
             t_max = max(t_max, grp.end)
             members, arrivals, a = [], [], a + 1
@@ -300,13 +308,16 @@ def _det_agg_rest(rest, net, dst, aggregators, start, t_max, ordered,
             continue
         if over(t):                 # it joins: its group's sum is later
             return INF, None
-        arrivals.append(net.reserve(g.worker, node, start, g.size,
-                                    what=g.uid))
+        net.commit(g.worker, node, points, rates,
+                   not trial or g.worker in reused)
+        arrivals.append(t if trial else Transfer(
+            g.worker, node, g.size, start, t, points or [t, t],
+            rates or [], g.uid))
         members.append(g)
         i += 1
     if members:
         grp = _close(net, aggregators[a], dst, members, arrivals, t_max,
-                     ordered, nb)
+                     ordered, nb, trial)
         groups.append(grp)
         t_max = max(t_max, grp.end)
         if over(t_max):
@@ -314,9 +325,20 @@ def _det_agg_rest(rest, net, dst, aggregators, start, t_max, ordered,
     return t_max, groups
 
 
-def _close(net, node, dst, members, arrivals, t_max, ordered, nb):
+def _reused(rest, aggregators):
+    """Nodes whose outgoing link a case uses more than once: workers with
+    several updates left, and the aggregators (they forward sums)."""
+    seen, again = set(), set(aggregators)
+    for g in rest:
+        if g.worker in seen:
+            again.add(g.worker)
+        seen.add(g.worker)
+    return again
+
+
+def _close(net, node, dst, members, arrivals, t_max, ordered, nb, trial):
     """Reserve an aggregator's sum to ``dst`` (lines 11-12 of Alg 3)."""
-    ready = max(tr.end for tr in arrivals)
+    ready = max(arrivals) if trial else max(tr.end for tr in arrivals)
     size = max(g.size for g in members)
     floor = max(t_max if ordered else -INF, max(nb(g) for g in members))
     fwd = net.reserve(node, dst, ready, size, floor,

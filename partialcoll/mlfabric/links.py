@@ -39,6 +39,15 @@ until the floor (its completion is the floor).
 import math
 from bisect import bisect_right
 
+from .. import _env
+
+try:        # the same loops in C (_linkops.c), bit for bit; optional
+    from . import _linkops as _c
+except ImportError:             # pragma: no cover - not built
+    _c = None
+if _env.get(_env.MLFABRIC_PURE_PYTHON) == "1":
+    _c = None
+
 INF = math.inf
 _TOL = 1e-9          # relative: a residual below cap * _TOL is none
 
@@ -89,8 +98,19 @@ class Timeline:
     def added(self, points, rates, sign=1.0):
         """A new timeline with a reservation added (``sign`` = 1) or
         removed (-1): ``rates[j]`` on [points[j], points[j+1])."""
+        if _c is None:
+            return self._py_added(points, rates, sign)
+        merged = _c.added(self, points, rates, sign)
+        if merged is None:
+            return self
+        return Timeline(self.cap, times=merged[0], used=merged[1])
+
+    def _py_added(self, points, rates, sign=1.0):
         if len(points) < 2 or points[-1] <= points[0]:
             return self
+        if points[0] < self.times[0]:
+            raise ValueError("a reservation cannot start before the "
+                             "timeline")
         times, used, cap = self.times, self.used, self.cap
         tol = _tolerance(cap, cap)
         p0, last = points[0], points[-1]
@@ -165,7 +185,7 @@ def _walk(a, b, start):
             ib += 1
 
 
-def finish_time(a, b, start, size):
+def _py_finish_time(a, b, start, size):
     """t_en (Fig. 4b): when ``size`` bytes started at ``start`` are through
     links ``a`` then ``b`` using all their common residual bandwidth; inf
     when the residual is zero from some time on."""
@@ -221,24 +241,40 @@ def latest_start(a, b, earliest, end, size):
     return None
 
 
-def _fill(a, b, start, size):
+def _py_fill(a, b, start, size):
     """(t_en, points, rates): the transfer's profile on the path, the
-    residual from ``start`` until its bytes are through."""
-    points, rates, left, dust = [], [], size, size * _TOL
+    residual from ``start`` until its bytes are through (the loop of
+    :func:`finish_time`, recording the rates)."""
     if size <= 0:
         return start, [start, start], []
-    for t, e, r in _walk(a, b, start):
-        if r > 0:
-            if rates and rates[-1] == r:
-                pass
-            else:
-                points.append(t)
-                rates.append(r)
+    ta, ua, ca = a.times, a.used, a.cap
+    tb, ub, cb = b.times, b.used, b.cap
+    ia = bisect_right(ta, start) - 1
+    ib = bisect_right(tb, start) - 1
+    if ia < 0:
+        ia = 0
+    if ib < 0:
+        ib = 0
+    na, nb, t, left = len(ta), len(tb), start, size
+    floor, dust = _tolerance(ca, cb), size * _TOL
+    points, rates = [], []
+    while True:
+        ra, rb = ca - ua[ia], cb - ub[ib]
+        r = ra if ra < rb else rb
+        ea = ta[ia + 1] if ia + 1 < na else INF
+        eb = tb[ib + 1] if ib + 1 < nb else INF
+        e = ea if ea < eb else eb
+        if r > floor:
             if r == INF:
                 return t, [t, t], []
+            if not rates or rates[-1] != r:
+                points.append(t)
+                rates.append(r)
             room = r * (e - t)
             if room >= left - dust:
-                end = min(t + left / r, e)
+                end = t + left / r
+                if end > e:
+                    end = e
                 points.append(end)
                 return end, points, rates
             left -= room
@@ -247,7 +283,17 @@ def _fill(a, b, start, size):
         elif rates and rates[-1] != 0.0:
             points.append(t)
             rates.append(0.0)
-    raise AssertionError("unreachable")
+        t = e
+        if ea == e:
+            ia += 1
+        if eb == e:
+            ib += 1
+
+
+if _c is None:
+    finish_time, _fill = _py_finish_time, _py_fill
+else:
+    finish_time, _fill = _c.finish_time, _c.fill
 
 
 class Transfer:
@@ -313,6 +359,23 @@ class NetworkState:
         if src == dst:
             return start
         return finish_time(self.out[src], self.inn[dst], start, size)
+
+    def fill(self, src, dst, start, size):
+        """(t_en, points, rates) of a transfer, not reserved (see
+        :meth:`commit`)."""
+        if src == dst:
+            return start, None, None
+        return _fill(self.out[src], self.inn[dst], start, size)
+
+    def commit(self, src, dst, points, rates, src_too=True):
+        """Reserve a profile from :meth:`fill` on ``dst``'s incoming link
+        and, unless ``src_too`` is false (a trial that will not use the
+        source's link again), on ``src``'s outgoing link."""
+        if points is None:
+            return
+        self.inn[dst] = self.inn[dst].added(points, rates)
+        if src_too:
+            self.out[src] = self.out[src].added(points, rates)
 
     def reserve(self, src, dst, start, size, floor=-INF, what=None):
         """NetUp: reserve the transfer and return its :class:`Transfer`.
