@@ -185,12 +185,16 @@ def test_c_loops_match_python_bit_for_bit():
             links._py_finish_time(a, b, start, size)
         c_fill = links._c.fill(a, b, start, size)
         assert c_fill == links._py_fill(a, b, start, size)
+        end = start + rng.uniform(0, 10)
+        assert links._c.latest_start(a, b, start, end, size) == \
+            links._py_latest_start(a, b, start, end, size)
         end, points, rates = c_fill
         if end < math.inf and rates:
             for sign in (1.0, -1.0):
                 for link in (a, b):
                     want = link._py_added(points, rates, sign)
                     got = link.added(points, rates, sign)
+                    assert type(got) is Timeline and got.cap == link.cap
                     assert (got.times, got.used) == (want.times, want.used)
     with pytest.raises(ValueError):
         links._c.added(Timeline(1.0, 5.0), [1.0, 2.0], [0.5], 1.0)

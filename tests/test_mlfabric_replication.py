@@ -235,3 +235,14 @@ def test_microbenchmark_runs():
     r = scheduler_benchmark(20, repeats=2)
     assert r["n"] == 20 and r["kept"] + r["dropped"] == 20
     assert 0 < r["cpu_total"]["median"] <= r["cpu_total"]["max"]
+
+
+def test_bench_subcommand_runs():
+    import argparse
+    from partialcoll.bench import mlfabric_sched
+    p = argparse.ArgumentParser()
+    mlfabric_sched.add_args(p)
+    rows = mlfabric_sched.run(p.parse_args(["--sizes", "8,12",
+                                            "--repeats", "1"]))
+    assert [r["U"] for r in rows] == [8, 12]
+    assert all(r["total_cpu_ms"] > 0 for r in rows)

@@ -314,6 +314,79 @@ static PyObject *fill(PyObject *self, PyObject *args)
     return res;
 }
 
+PyDoc_STRVAR(latest_doc, "latest_start(a, b, earliest, end, size): the "
+             "latest start or None (links.py)");
+
+static PyObject *latest_start(PyObject *self, PyObject *args)
+{
+    PyObject *oa, *ob;
+    double earliest, end, size;
+    Link a, b;
+    if (!PyArg_ParseTuple(args, "OOddd", &oa, &ob, &earliest, &end, &size))
+        return NULL;
+    if (link_read(oa, &a))
+        return NULL;
+    if (link_read(ob, &b)) {
+        link_free(&a);
+        return NULL;
+    }
+    /* the segments of min(residual_a, residual_b) on [earliest, end),
+     * as _walk yields them, then filled backwards from end */
+    Out st, se, sr;
+    out_init(&st);
+    out_init(&se);
+    out_init(&sr);
+    const double *ta = a.t.v, *ua = a.u.v, *tb = b.t.v, *ub = b.u.v;
+    double ca = a.cap, cb = b.cap, floor = tolerance(ca, cb);
+    Py_ssize_t ia = segment(&a.t, earliest), ib = segment(&b.t, earliest);
+    double t = earliest;
+    int err = 0;
+    for (;;) {
+        if (t >= end)
+            break;
+        double ra = ca - ua[ia], rb = cb - ub[ib];
+        double r = ra < rb ? ra : rb;
+        double ea = ia + 1 < a.t.n ? ta[ia + 1] : INFINITY;
+        double eb = ib + 1 < b.t.n ? tb[ib + 1] : INFINITY;
+        double e = ea < eb ? ea : eb;
+        if (out_push(&st, t) || out_push(&se, e < end ? e : end) ||
+                out_push(&sr, r > floor ? r : 0.0)) {
+            err = 1;
+            break;
+        }
+        if (e == INFINITY)
+            break;
+        t = e;
+        if (ea == e)
+            ia++;
+        if (eb == e)
+            ib++;
+    }
+    link_free(&a);
+    link_free(&b);
+    PyObject *res = NULL;
+    if (!err) {
+        double left = size, dust = size * TOL;
+        for (Py_ssize_t k = st.n - 1; k >= 0; k--) {
+            double r = sr.v[k], room = r * (se.v[k] - st.v[k]);
+            if (r > 0 && room >= left - dust) {
+                double s = se.v[k] - left / r;
+                res = PyFloat_FromDouble(s > earliest ? s : earliest);
+                break;
+            }
+            left -= room;
+        }
+        if (!res) {
+            Py_INCREF(Py_None);
+            res = Py_None;
+        }
+    }
+    out_free(&st);
+    out_free(&se);
+    out_free(&sr);
+    return res;
+}
+
 /* Timeline._py_added's merge. */
 static int merge(const Link *l, const Vec *pts, const Vec *rts, double sign,
                  Out *nt, Out *nu)
@@ -368,8 +441,34 @@ static int merge(const Link *l, const Vec *pts, const Vec *rts, double sign,
     return 0;
 }
 
-PyDoc_STRVAR(added_doc, "added(timeline, points, rates, sign): "
-             "(times, used), or None when the reservation is empty");
+/* A new object of timeline's type with its cap and these lists (no
+ * __init__: the cap was checked when the first timeline was made). */
+static PyObject *new_timeline(PyObject *like, const Out *nt, const Out *nu)
+{
+    PyTypeObject *type = Py_TYPE(like);
+    PyObject *empty = PyTuple_New(0), *obj = NULL, *cap = NULL;
+    PyObject *t = NULL, *u = NULL;
+    if (!empty)
+        return NULL;
+    obj = type->tp_new(type, empty, NULL);
+    Py_DECREF(empty);
+    if (!obj)
+        return NULL;
+    cap = PyObject_GetAttr(like, s_cap);
+    t = cap ? out_list(nt) : NULL;
+    u = t ? out_list(nu) : NULL;
+    if (!u || PyObject_SetAttr(obj, s_cap, cap) ||
+            PyObject_SetAttr(obj, s_times, t) ||
+            PyObject_SetAttr(obj, s_used, u))
+        Py_CLEAR(obj);
+    Py_XDECREF(cap);
+    Py_XDECREF(t);
+    Py_XDECREF(u);
+    return obj;
+}
+
+PyDoc_STRVAR(added_doc, "added(timeline, points, rates, sign): a new "
+             "timeline, or the same one when the reservation is empty");
 
 static PyObject *added(PyObject *self, PyObject *args)
 {
@@ -384,7 +483,8 @@ static PyObject *added(PyObject *self, PyObject *args)
         return NULL;
     if (pts.n < 2 || pts.v[pts.n - 1] <= pts.v[0]) {
         vec_free(&pts);
-        Py_RETURN_NONE;
+        Py_INCREF(ol);
+        return ol;
     }
     if (vec_read(orr, &rts)) {
         vec_free(&pts);
@@ -405,13 +505,8 @@ static PyObject *added(PyObject *self, PyObject *args)
     Out nt, nu;
     out_init(&nt);
     out_init(&nu);
-    if (merge(&l, &pts, &rts, sign, &nt, &nu) == 0) {
-        PyObject *t = out_list(&nt), *u = t ? out_list(&nu) : NULL;
-        if (t && u)
-            res = PyTuple_Pack(2, t, u);
-        Py_XDECREF(t);
-        Py_XDECREF(u);
-    }
+    if (merge(&l, &pts, &rts, sign, &nt, &nu) == 0)
+        res = new_timeline(ol, &nt, &nu);
     out_free(&nt);
     out_free(&nu);
 done_link:
@@ -426,6 +521,7 @@ static PyMethodDef methods[] = {
     {"finish_time", finish_time, METH_VARARGS, finish_doc},
     {"fill", fill, METH_VARARGS, fill_doc},
     {"added", added, METH_VARARGS, added_doc},
+    {"latest_start", latest_start, METH_VARARGS, latest_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -100,10 +100,7 @@ class Timeline:
         removed (-1): ``rates[j]`` on [points[j], points[j+1])."""
         if _c is None:
             return self._py_added(points, rates, sign)
-        merged = _c.added(self, points, rates, sign)
-        if merged is None:
-            return self
-        return Timeline(self.cap, times=merged[0], used=merged[1])
+        return _c.added(self, points, rates, sign)
 
     def _py_added(self, points, rates, sign=1.0):
         if len(points) < 2 or points[-1] <= points[0]:
@@ -223,7 +220,7 @@ def _py_finish_time(a, b, start, size):
             ib += 1
 
 
-def latest_start(a, b, earliest, end, size):
+def _py_latest_start(a, b, earliest, end, size):
     """The latest start >= ``earliest`` from which ``size`` bytes complete
     by ``end`` (filling the residual backwards from ``end``); None when
     [earliest, end] has too little capacity."""
@@ -292,8 +289,10 @@ def _py_fill(a, b, start, size):
 
 if _c is None:
     finish_time, _fill = _py_finish_time, _py_fill
+    latest_start = _py_latest_start
 else:
     finish_time, _fill = _c.finish_time, _c.fill
+    latest_start = _c.latest_start
 
 
 class Transfer:

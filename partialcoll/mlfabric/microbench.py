@@ -7,8 +7,8 @@ Here: one server and one replica at the top rate, |U|/2 workers (two
 updates each) whose NICs are drawn independently from {1, 2.5, 3.3, 5, 10}
 x ``base_rate`` with the probabilities ``probabilities`` (N2 by default),
 ``aggregators`` server aggregators and ``replica_aggregators`` replica
-ones, a Div_max of ``div_updates`` average update norms.  Each repeat
-draws a new network and batch and times one :meth:`Scheduler.plan`.
+ones, momentum 0.9 and a Div_max of ``div_updates`` (update norms are
+drawn from [0.5, 1.5]).  Each repeat draws a new network and batch.
 """
 import statistics
 
@@ -47,30 +47,36 @@ def random_batch(n_updates, rng, probabilities=N2, base_rate=1e7,
 
 def scheduler_benchmark(n_updates, repeats=5, seed=0, aggregators=4,
                         replica_aggregators=2, probabilities=N2,
-                        div_updates=10.0):
+                        div_updates=10.0, runs=3):
     """Time :meth:`Scheduler.plan` on random batches of ``n_updates``.
 
-    Returns a dict: n, repeats, and for each phase ("order", "aggregate",
-    "replicate", "total") the median and max wall seconds (and the same
-    in thread CPU seconds as "cpu_order", ...); plus the medians of kept,
-    dropped, direct updates and delayed server commits.
+    Each of ``repeats`` batches is planned ``runs`` times by a fresh
+    scheduler (the same plan each time) and keeps its fastest run (the
+    least disturbed by other processes).  Returns a dict: n, repeats, and
+    for each phase ("order", "aggregate", "replicate", "total") the median
+    and max over batches in wall seconds (and in thread CPU seconds as
+    "cpu_order", ...); plus the medians of kept, dropped, direct updates
+    and delayed server commits.
     """
     rng = np.random.default_rng(seed)
     rows = []
     for r in range(repeats):
         out, inn, updates, tau_max = random_batch(n_updates, rng,
                                                   probabilities)
-        mon = LinkMonitor(out, inn, lag=0.2)
-        sched = Scheduler(0, sorted(out), mon, tau_max,
-                          aggregators=aggregators, replica=1,
-                          replica_aggregators=replica_aggregators,
-                          div_max=div_updates, gamma=0.9, seed=seed + r)
-        plan = sched.plan(0.0, updates)
-        rows.append(dict(plan.timings, kept=len(plan.order),
-                         **{"cpu_" + k: v for k, v in plan.cpu.items()},
-                         dropped=len(plan.dropped),
-                         direct=len(plan.direct()),
-                         delayed=plan.replication.delayed))
+        best = None
+        for _ in range(runs):
+            sched = Scheduler(0, sorted(out), LinkMonitor(out, inn, lag=0.2),
+                              tau_max, aggregators=aggregators, replica=1,
+                              replica_aggregators=replica_aggregators,
+                              div_max=div_updates, gamma=0.9, seed=seed + r)
+            plan = sched.plan(0.0, updates)
+            if best is None or plan.cpu["total"] < best.cpu["total"]:
+                best = plan
+        rows.append(dict(best.timings, kept=len(best.order),
+                         **{"cpu_" + k: v for k, v in best.cpu.items()},
+                         dropped=len(best.dropped),
+                         direct=len(best.direct()),
+                         delayed=best.replication.delayed))
     result = dict(n=n_updates, repeats=repeats)
     for phase in ("order", "aggregate", "replicate", "total", "cpu_order",
                   "cpu_aggregate", "cpu_replicate", "cpu_total"):
