@@ -82,7 +82,9 @@ ext = Extension(
 # Python versions in partialcoll/mlfabric/links.py are the fallback)
 linkops = Extension(
     "partialcoll.mlfabric._linkops",
-    sources=["partialcoll/mlfabric/_linkops.c"],
+    sources=["partialcoll/mlfabric/_linkops.c",
+             "partialcoll/mlfabric/_linkops_agg.c"],
+    depends=["partialcoll/mlfabric/_linkops.h"],
     extra_compile_args=["-O2", "-std=c11", "-Wall", "-ffp-contract=off"],
 )
 

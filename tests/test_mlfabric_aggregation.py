@@ -161,7 +161,8 @@ def test_mlfabric_s_needs_no_order_between_commits():
         assert agg.n == 1 and agg.cost == pytest.approx(2.0)
         assert groups_of(agg) == [(None, ["slow"]), (4, ["a", "b"])]
     assert [grp.end for grp in ordered.groups] == pytest.approx([2.0, 2.0])
-    assert [grp.end for grp in sync.groups] == pytest.approx([2.0, 0.2 + 1 / 9.5])
+    assert [grp.end for grp in sync.groups] == \
+        pytest.approx([2.0, 0.2 + 1 / 9.5])
 
 
 # --- the pruned enumeration against every case ----------------------------
@@ -232,3 +233,26 @@ def test_pruned_enumeration_finds_the_best_case(seed, ordered):
     want = [g for c, n, g in cases if n == got.n][0]
     assert groups_of(got) == want
     assert got.cases <= len(cases)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_c_trial_cases_match_python(seed):
+    """The C trial (_linkops.det_agg_trial) gives bit for bit the cost of
+    the Python one, for every case and for bounds that stop it early."""
+    from partialcoll.mlfabric import aggregation, links
+    if links._c is None:
+        pytest.skip("partialcoll.mlfabric._linkops is not built")
+    rng = random.Random(500 + seed)
+    net, ups = random_net_and_updates(rng, rng.randrange(1, 16))
+    aggs = rng.sample(range(1, 9), rng.randrange(1, 4))
+    floor = rng.choice([-INF, 2.0])
+    nb = {g.uid: rng.choice([-INF, rng.uniform(0, 6)]) for g in ups}
+    for ordered in (True, False):
+        cases = aggregation._Cases(ups, net, 0, aggs, 0.0, floor, ordered,
+                                   lambda g: nb[g.uid])
+        for n in range(len(ups)):
+            full = cases.trial(n, INF, True, use_c=False)
+            for bound in (INF, full, full * 0.9, rng.uniform(0, 10)):
+                for tie_ok in (True, False):
+                    assert cases.trial(n, bound, tie_ok) == \
+                        cases.trial(n, bound, tie_ok, use_c=False)

@@ -48,13 +48,19 @@ tests/test_mlfabric_aggregation.py):
   Summing costs no time here.
 * *Ties* between cases: the smaller n (more aggregation).
 
-Speed: cases are tried for n = 0, 1, ...; the time S is busy with group 1
-only grows with n, so once it reaches the best cost found no larger n can
-win, and a case stops as soon as one of its transfers ends at or after
-the best cost.
+Speed (the enumeration stays exact): a case costs at least T_n, when
+group 1 is through, which grows with n, and at least LB_n, the time the
+other updates' bytes need through the aggregators' links at full rate,
+which falls with n.  Cases are tried from where the two cross outwards,
+in order of max(T_n, LB_n), until that reaches the best cost found; a
+case stops as soon as it cannot beat the best (a transfer of it ends
+later, or the bytes left cannot get through the aggregators left in
+time).  Trial cases compute only their cost (a worker's link is reserved
+only if the case uses it again); the chosen case is run again in full.
 """
 import numpy as np
 
+from . import links as _links
 from .links import INF, Transfer
 
 
@@ -144,11 +150,7 @@ def aggregate(order, net, dst, aggregators, start=None, floor=-INF,
         if n == len(order):
             cost = cases.T[n]
         else:
-            over = (lambda v, b=best[0]: v > b) if tie_ok else \
-                (lambda v, b=best[0]: v >= b)
-            cost, _ = _det_agg_rest(order[n:], cases.network(n), dst,
-                                    aggregators, start, cases.T[n], ordered,
-                                    over, nb, cases.bounds(n), trial=True)
+            cost = cases.trial(n, best[0], tie_ok)
         if cost < best[0] or (cost == best[0] and tie_ok):
             best = (cost, n)
     cost, n = best
@@ -183,6 +185,7 @@ class _Cases:
         self.direct, self._links = [], []
         self._base = net.fork()
         self._lb = _RestBounds(order, net, dst, aggregators, start)
+        self._c_args = None
 
     def _extend(self, n):
         """Reserve group 1's transfers up to g_n (T_n known)."""
@@ -210,6 +213,24 @@ class _Cases:
     def bounds(self, n):
         """lower(i, j) for case n (rest[i] is order[n + i])."""
         return lambda i, j: self._lb.bound(n + i, j)
+
+    def trial(self, n, bound, tie_ok, use_c=True):
+        """Case n's cost, or inf once it cannot beat ``bound`` (nor tie it
+        unless ``tie_ok``): in C when it is built, else in Python."""
+        if use_c and _links._c is not None:
+            if self._c_args is None:
+                self._c_args = _TrialInputs(self)
+            net, c = self.network(n), self._c_args
+            return _links._c.det_agg_trial(
+                c.links(net), len(c.nodes), c.node, c.size, c.nb, n, c.aggs,
+                c.dst, net.now, self.start, self.T[n], bound, self.ordered,
+                tie_ok, c.suffix, c.capsum, c.fwd_rate, c.smallest)
+        over = (lambda v: v > bound) if tie_ok else (lambda v: v >= bound)
+        cost, _ = _det_agg_rest(self.order[n:], self.network(n), self.dst,
+                                self.aggs, self.start, self.T[n],
+                                self.ordered, over, self.nb, self.bounds(n),
+                                trial=True)
+        return cost
 
     def lower(self, n):
         self._extend(n)
@@ -242,6 +263,29 @@ class _Cases:
             else:
                 yield left
                 left -= 1
+
+
+class _TrialInputs:
+    """The arguments of the C trial (``_linkops.det_agg_trial``): nodes
+    numbered once per :func:`aggregate` call."""
+
+    def __init__(self, cases):
+        order, lb = cases.order, cases._lb
+        workers = [g.worker for g in order]
+        self.nodes = list(dict.fromkeys(workers + cases.aggs + [cases.dst]))
+        index = {node: i for i, node in enumerate(self.nodes)}
+        self.node = [index[w] for w in workers]
+        self.size = [g.size for g in order]
+        self.nb = [cases.nb(g) for g in order]
+        self.aggs = [index[a] for a in cases.aggs]
+        self.dst = index[cases.dst]
+        self.suffix = [s.tolist() for s in lb.suffix]
+        self.capsum, self.fwd_rate = list(lb.capsum), list(lb.fwd_rate)
+        self.smallest = lb.smallest.tolist()
+
+    def links(self, net):
+        return [net.out.get(n) for n in self.nodes] + \
+            [net.inn.get(n) for n in self.nodes]
 
 
 class _RestBounds:

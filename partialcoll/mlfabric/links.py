@@ -118,7 +118,7 @@ class Timeline:
             nt.append(p0)
             nu.append(used[i])
         ia, j = i, 0
-        t, n_t, n_p = p0, len(times), len(points)
+        t, n_t = p0, len(times)
         while t < last:
             u = used[ia] + sign * rates[j]
             if cap - u <= tol:

@@ -12,7 +12,9 @@ its delay is ``v_init + i - v(g)``, v(g) being the version it was computed
 from (an update computed from the current model and applied at once has
 delay 1).  Section 2's wording ("the version being updated minus the one
 used") would give one less; with the paper's convention the bound below is
-the tighter one.  An aggregate of m updates counts m versions.
+the tighter one.  An aggregate of m updates counts m versions, and each of
+its updates, applied to the model at version V with the others, has delay
+V + 1 - v(g) (at most what its own position would give).
 
 **Deadline (Eq. 9)**, present in the stored text::
 
@@ -63,10 +65,14 @@ told and never sends it.  Invariant (tested over random batches): every
 kept update sits at a position <= its deadline, so none is applied with a
 delay above tau_max.
 
-Speed: updates of one worker share their path and start, so only the
-smallest can be the shortest; t_en only grows as bandwidth is reserved, so
-an old t_en is a lower bound and a lazy heap over the workers recomputes
-only candidates that could be the minimum.
+Speed: t_en only grows as bandwidth is reserved, so an old t_en is a lower
+bound and a lazy heap recomputes only candidates that could be the
+minimum.  Candidates are grouped in classes with the same path residual
+(one worker's updates; workers whose links have equal rates and nothing
+reserved where the server still has room), in which t_en grows with size:
+only a class's smallest update is a candidate, so when every t_en moves at
+once (the server's link is the bottleneck) the heap recomputes a few
+classes, not every worker.
 """
 import heapq
 from bisect import bisect_left as _bisect_left, bisect_right as _bisect
@@ -398,8 +404,8 @@ def order_updates(updates, net, server, tau_max, v_init, floor=-INF,
         deadlines.remove(i)
         cands.remove(i)
         remaining -= 1
-        if due:
-            cands.regroup(g.worker, ("worker", g.worker))
+        if due:                  # its worker's other updates will see the
+            cands.regroup(g.worker, ("worker", g.worker))   # trial's link
             trial = work.fork()
         else:
             trial = work

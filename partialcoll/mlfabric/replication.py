@@ -7,7 +7,8 @@ leave; the scheduler keeps ||w_s - w_r|| <= Div_max at all times.
 **The bound (Eqs. 7 and 11).**  With momentum (Eq. 2), if the server has
 applied L updates u_1..u_L beyond the replica's state w_0 (history h_0)::
 
-    w_L - w_0 = (gamma + .. + gamma^L) h_0 + sum_j (1 + gamma + .. + gamma^(L-j)) u_j
+    w_L - w_0 = (gamma + .. + gamma^L) h_0
+                + sum_j (1 + gamma + .. + gamma^(L-j)) u_j
 
 (Eq. 7 is L = 2).  The triangle inequality gives the bound used here::
 
