@@ -15,6 +15,8 @@ The algorithms, without MPI (testable on their own):
   MLfabric-S (section 6);
 * :mod:`.replication`: bounded-divergence replication (5.3, Eq. 11);
 * :mod:`.scheduler`: the three in sequence per batch;
+* :mod:`.program`: a batch plan as each rank's sends, receives, sums and
+  applies (the first step of the end-to-end server, not built yet);
 * :mod:`.microbench`: the scheduler's time per batch (section 7.4).
 """
 from .aggregation import Aggregation, Group, aggregate, aggregate_sync
