@@ -52,6 +52,8 @@ class BuildExt(build_ext):
     def build_extensions(self):
         inc, libdirs, libs = mpi_flags()
         for ext in self.extensions:
+            if ext.name != "partialcoll._core":
+                continue            # only the executor talks to MPI
             ext.include_dirs += inc
             ext.library_dirs += libdirs
             ext.libraries += libs
@@ -76,6 +78,16 @@ ext = Extension(
     extra_link_args=["-pthread", "-Wl,-rpath,$ORIGIN/../../.."],
 )
 
+# MLfabric's scheduler: its link model's hot loops in C (no MPI; the
+# Python versions in partialcoll/mlfabric/links.py are the fallback)
+linkops = Extension(
+    "partialcoll.mlfabric._linkops",
+    sources=["partialcoll/mlfabric/_linkops.c",
+             "partialcoll/mlfabric/_linkops_agg.c"],
+    depends=["partialcoll/mlfabric/_linkops.h"],
+    extra_compile_args=["-O2", "-std=c11", "-Wall", "-ffp-contract=off"],
+)
+
 install_requires = ["mpi4py>=4.0", "numpy>=1.23"]
 if not os.environ.get("MPICC"):
     install_requires.append("mpich; sys_platform == 'linux'")
@@ -89,8 +101,8 @@ setup(
     long_description_content_type="text/markdown",
     packages=["partialcoll", "partialcoll.collectives", "partialcoll.eager",
               "partialcoll.scheduling", "partialcoll.bench",
-              "partialcoll.loadbalance"],
-    ext_modules=[ext],
+              "partialcoll.loadbalance", "partialcoll.mlfabric"],
+    ext_modules=[ext, linkops],
     cmdclass={"build_ext": BuildExt},
     python_requires=">=3.9",
     install_requires=install_requires,

@@ -25,3 +25,7 @@ timeout 1800 mpiexec -n 8 partialcoll-bench rps --csv bench/out/rps8.csv --plot 
 timeout 1800 mpiexec -n 4 partialcoll-bench rps --colocated --iters 300 --hidden 128 --csv bench/out/rps_colocated4.csv | tee bench/out/rps_colocated4.txt
 # network-aware PS load distribution (issue 17), 8 ranks
 timeout 1800 mpiexec -n 8 partialcoll-bench aware --csv bench/out/aware8.csv --plot bench/aware_np8.png | tee bench/out/aware8.txt
+# MLfabric's scheduler time per batch (issue 14), one process, about a minute
+for n in N2 N1 N3; do
+    timeout 600 partialcoll-bench mlfabric-sched --sizes 10,100,500,1000 --network $n --csv bench/out/mlfabric_sched_$n.csv | tee bench/out/mlfabric_sched_$n.txt
+done

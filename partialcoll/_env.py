@@ -25,6 +25,9 @@ NETWORK = "PARTIALCOLL_NETWORK"
 TIMELINE = "PARTIALCOLL_TIMELINE"
 #: sends in flight per destination process (default 0: no cap)
 SEND_CAP = "PARTIALCOLL_SEND_CAP"
+#: "1": MLfabric's scheduler uses its link model's Python loops even where
+#: their C versions (partialcoll.mlfabric._linkops) are built
+MLFABRIC_PURE_PYTHON = "PARTIALCOLL_MLFABRIC_PURE_PYTHON"
 
 
 def get(name, default=None, cast=str):

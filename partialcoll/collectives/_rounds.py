@@ -427,7 +427,9 @@ class Rounds:
            an error on every rank), waited for with Test() and sleeps.
         4. The rounds anyone may still need are those before M = max of the
            snapshot counts (>= every R_e): all start round M and wait for
-           it, so every started round is finished everywhere.
+           it, so every started round is finished everywhere.  Each rank
+           first waits for round M - 1, so its bypass mark lands on M: M
+           is always marked, whoever fires it first.
         5. Deposit x, barrier, and all start round M+1: it holds every
            rank's x and everything still pending, and nothing else.
         6. Take the result, barrier: no rank leaves (and starts a round with
@@ -447,6 +449,14 @@ class Rounds:
                                 f"{self.id}): flush and close in the same "
                                 f"order everywhere")
         last = ctl.allreduce(self.started(), op=MPI.MAX)
+        if last > 0:
+            # the bypass mark goes to this rank's pending round: make it
+            # `last` (every earlier round is snapshotted once it completed).
+            # Then whoever fires `last` first has marked it; without this
+            # wait a rank behind marked an earlier round, and `last`,
+            # fired by another rank and snapshotted here before the mark,
+            # could end up marked by no one (counted as a plain round)
+            self._sched.wait(round=last - 1)
         self._deposit(None, bypass=True)
         self._sched.fire(self._bypass, round=last)
         self._sched.wait(round=last)

@@ -1,0 +1,34 @@
+"""MLfabric (Viswanathan and Akella, *Network-accelerated Distributed
+Machine Learning Using MLfabric*, ``../shared/papers/mlfabric.txt``):
+network-aware ordering, aggregation and replication of a parameter
+server's updates.
+
+The algorithms, without MPI (testable on their own):
+
+* :mod:`.links`: the network as the scheduler sees it: per-NIC rates and
+  a reservation timeline per link; t_en (Fig. 4) and NetUp;
+* :mod:`.monitor`: the lagged link-rate monitor, the scheduler's only
+  source of rates;
+* :mod:`.ordering`: update ordering with deadlines from tau_max and the
+  look-ahead drop (section 5.1, Algorithms 1 and 2);
+* :mod:`.aggregation`: in-network aggregation (5.2, Algorithm 3) and
+  MLfabric-S (section 6);
+* :mod:`.replication`: bounded-divergence replication (5.3, Eq. 11);
+* :mod:`.scheduler`: the three in sequence per batch;
+* :mod:`.program`: a batch plan as each rank's sends, receives, sums and
+  applies (the first step of the end-to-end server, not built yet);
+* :mod:`.microbench`: the scheduler's time per batch (section 7.4).
+"""
+from .aggregation import Aggregation, Group, aggregate, aggregate_sync
+from .links import NetworkState, Timeline, Transfer
+from .monitor import LinkMonitor
+from .ordering import Ordering, Update, deadline, delays, order_updates
+from .replication import (DivergenceTracker, Replication, divergence_bound,
+                          replicate)
+from .scheduler import BatchPlan, Scheduler
+
+__all__ = ["Aggregation", "BatchPlan", "DivergenceTracker", "Group",
+           "LinkMonitor", "NetworkState", "Ordering", "Replication",
+           "Scheduler", "Timeline", "Transfer", "Update", "aggregate",
+           "aggregate_sync", "deadline", "delays", "divergence_bound",
+           "order_updates", "replicate"]

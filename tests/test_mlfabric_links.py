@@ -1,0 +1,235 @@
+"""MLfabric's link model (no MPI): t_en over time-varying residual
+bandwidth, reservations (NetUp) and their release, floors, forks, and the
+lagged monitor the scheduler gets its rates from."""
+import math
+import random
+
+import pytest
+
+from partialcoll.mlfabric.links import (NetworkState, Timeline, finish_time,
+                                        latest_start)
+from partialcoll.mlfabric.monitor import LinkMonitor
+
+
+def net_of(out, inn, now=0.0):
+    return NetworkState(out, inn, now)
+
+
+def test_t_en_uses_the_time_varying_residual():
+    """Fig. 4b's shape: 30 MB at t = 0 on a 6 MB/s link with 4 MB/s
+    reserved until t = 3: 6 MB by t = 3, the other 24 MB at 6 MB/s, done at
+    t = 7."""
+    net = net_of({1: 100.0, 9: 100.0}, {0: 6.0, 9: 100.0})
+    net.reserve(9, 0, 0.0, 12.0)            # a fast sender takes it all
+    assert net.inn[0].residual(1.0) == pytest.approx(0.0)
+    net = net_of({1: 100.0, 9: 4.0}, {0: 6.0, 9: 100.0})
+    net.reserve(9, 0, 0.0, 12.0)            # 9's own link: 4 MB/s for 3 s
+    assert net.inn[0].residual(1.0) == pytest.approx(2.0)
+    assert net.finish(1, 0, 0.0, 30.0) == pytest.approx(7.0)
+
+
+def test_t_en_takes_the_slower_link_at_every_instant():
+    """The path's residual is min(worker out, server in) over time."""
+    net = net_of({1: 2.0, 2: 10.0}, {0: 10.0})
+    assert net.finish(1, 0, 0.0, 10.0) == pytest.approx(5.0)   # worker-bound
+    net.reserve(2, 0, 0.0, 90.0)            # server full until 9
+    assert net.finish(1, 0, 0.0, 10.0) == pytest.approx(14.0)
+    assert net.finish(1, 1, 0.0, 10.0) == 0.0                  # local
+
+
+def test_reservation_leaves_the_other_link_the_difference():
+    """Fig. 4c: a 2 MB/s worker into a 10 MB/s server leaves 8 MB/s on the
+    server while it sends; the worker's link is then full."""
+    net = net_of({1: 2.0, 2: 10.0}, {0: 10.0})
+    tr = net.reserve(1, 0, 0.0, 10.0)
+    assert (tr.start, tr.end) == (0.0, pytest.approx(5.0))
+    assert net.inn[0].residual(2.0) == pytest.approx(8.0)
+    assert net.out[1].residual(2.0) == pytest.approx(0.0)
+    assert net.inn[0].residual(5.0) == pytest.approx(10.0)
+    # the fast worker now gets 8 MB/s until 5, then 10
+    assert net.finish(2, 0, 0.0, 48.0) == pytest.approx(5.8)
+
+
+def test_release_restores_the_link():
+    net = net_of({1: 3.0, 2: 7.0}, {0: 5.0})
+    before = (list(net.inn[0].times), list(net.inn[0].used))
+    a = net.reserve(1, 0, 0.0, 9.0)
+    b = net.reserve(2, 0, 1.0, 4.0)
+    net.release(a)
+    net.release(b)
+    assert (net.inn[0].times, net.inn[0].used) == before
+    assert net.out[1].is_clear() and net.out[2].is_clear()
+
+
+def test_random_reservations_released_in_any_order_leave_nothing():
+    rng = random.Random(3)
+    nodes = range(6)
+    net = net_of({n: rng.choice([1, 2.5, 5, 10]) for n in nodes},
+                 {n: rng.choice([1, 2.5, 5, 10]) for n in nodes})
+    transfers = []
+    for _ in range(40):
+        s, d = rng.sample(list(nodes), 2)
+        transfers.append(net.reserve(s, d, rng.uniform(0, 5),
+                                     rng.uniform(0.1, 20),
+                                     floor=rng.choice([-math.inf, 8.0])))
+        for link in list(net.out.values()) + list(net.inn.values()):
+            assert all(0 <= u <= link.cap for u in link.used)
+            assert link.times == sorted(link.times)
+    rng.shuffle(transfers)
+    for tr in transfers:
+        net.release(tr)
+    for link in list(net.out.values()) + list(net.inn.values()):
+        assert link.is_clear(), link
+
+
+def test_floor_makes_a_transfer_complete_at_the_floor():
+    """A transfer that would be through at 2 but must not complete before
+    5 starts late (3) and uses the capacity just before the floor."""
+    net = net_of({1: 10.0}, {0: 10.0})
+    tr = net.reserve(1, 0, 0.0, 20.0, floor=5.0)
+    assert (tr.start, tr.end) == (pytest.approx(3.0), pytest.approx(5.0))
+    assert net.inn[0].residual(1.0) == 10.0
+    assert latest_start(net.out[1], net.inn[0], 0.0, 2.0, 30.0) is None
+
+
+def test_forks_do_not_see_each_other():
+    net = net_of({1: 1.0, 2: 1.0}, {0: 1.0})
+    a = net.fork()
+    a.reserve(1, 0, 0.0, 1.0)
+    b = net.fork()
+    assert net.finish(2, 0, 0.0, 1.0) == b.finish(2, 0, 0.0, 1.0) == 1.0
+    assert a.finish(2, 0, 0.0, 1.0) == 2.0
+    net.reserve(2, 0, 0.0, 3.0)
+    assert a.finish(2, 0, 0.0, 1.0) == 2.0 and b.finish(2, 0, 0.0, 1.0) == 1.0
+
+
+def test_new_rates_keep_the_reservations_and_forget_the_past():
+    net = net_of({1: 10.0}, {0: 10.0})
+    net.reserve(1, 0, 0.0, 30.0)             # [0, 3) full
+    net.set_rates(1.0, {1: 5.0}, {0: 20.0})
+    link = net.inn[0]
+    assert link.times[0] == 1.0 and link.cap == 20.0
+    assert link.residual(2.0) == pytest.approx(10.0)
+    assert net.finish(1, 0, 1.0, 5.0) == pytest.approx(4.0)   # out is full
+
+
+def test_a_link_must_have_a_rate():
+    with pytest.raises(ValueError):
+        Timeline(0.0)
+    net = net_of({1: 1.0}, {0: 1.0})
+    assert finish_time(net.out[1], net.inn[0], 0.0, 0.0) == 0.0
+
+
+def test_monitor_reports_only_after_the_lag():
+    mon = LinkMonitor({0: 10.0, 1: 10.0}, {0: 10.0, 1: 10.0}, lag=0.2)
+    mon.observe_transfer(1.0, 1, 0, 2.0, 0.4)        # 5 B/s
+    assert mon.rates(1.1) == ({0: 10.0, 1: 10.0}, {0: 10.0, 1: 10.0})
+    assert mon.rates(1.2) == ({0: 10.0, 1: 5.0}, {0: 5.0, 1: 10.0})
+
+
+def test_monitor_keeps_the_fastest_recent_transfer_and_forgets_old_ones():
+    """A slow transfer (limited by its other end) does not drag a NIC's
+    estimate down while a faster one is in the window; once the window has
+    passed the fast ones, the lower rate shows."""
+    mon = LinkMonitor({0: 10.0}, {0: 10.0}, lag=0.1, window=0.5)
+    mon.observe_transfer(1.0, 0, 1, 8.0, 1.0)        # 8
+    mon.observe_transfer(1.2, 0, 2, 2.0, 1.0)        # 2 (2's NIC is slow)
+    assert mon.estimate(1.35, 0, "out") == 8.0
+    mon.observe_transfer(2.0, 0, 1, 3.0, 1.0)        # 3: the NIC slowed
+    assert mon.estimate(2.15, 0, "out") == 3.0
+    mon.report(2.2, 0, "out", 6.0)                   # a direct report wins
+    assert mon.estimate(2.35, 0, "out") == 6.0
+
+
+def test_monitor_never_reads_the_true_rates():
+    """Nothing but its own inputs: an unknown NIC without measurements
+    has no rate (inf), and a bad measurement is refused."""
+    mon = LinkMonitor({}, {}, lag=0.0)
+    assert mon.estimate(5.0, 3, "in") == math.inf
+    with pytest.raises(ValueError):
+        mon.report(0.0, 1, "up", 1.0)
+    with pytest.raises(ValueError):
+        mon.report(0.0, 1, "out", 0.0)
+
+
+# --- the C loops against the Python ones ----------------------------------
+
+def random_timelines(rng, count=8):
+    """Timelines shaped by random reservations and releases (Python)."""
+    links = []
+    for _ in range(count):
+        link = Timeline(rng.choice([1.0, 2.5, 10.0, math.inf]), 0.0)
+        for _ in range(rng.randrange(6)):
+            a = rng.uniform(0, 5)
+            pts = sorted({a, a + rng.uniform(0.01, 4), rng.uniform(0, 9)})
+            if pts[0] < 0 or len(pts) < 2:
+                continue
+            cap = link.cap if link.cap < math.inf else 50.0
+            rates = [rng.uniform(0, cap / 2) for _ in pts[:-1]]
+            link = link._py_added(pts, rates, rng.choice([1.0, 1.0, -1.0])
+                                  if rng.random() < 0.2 else 1.0)
+        links.append(link)
+    return links
+
+
+def test_c_loops_match_python_bit_for_bit():
+    from partialcoll.mlfabric import links
+    if links._c is None:
+        pytest.skip("partialcoll.mlfabric._linkops is not built")
+    rng = random.Random(11)
+    for _ in range(300):
+        a, b = rng.sample(random_timelines(rng, 4), 2)
+        start = rng.choice([0.0, rng.uniform(0, 8)])
+        size = rng.choice([0.0, rng.uniform(0.01, 40)])
+        assert links._c.finish_time(a, b, start, size) == \
+            links._py_finish_time(a, b, start, size)
+        c_fill = links._c.fill(a, b, start, size)
+        assert c_fill == links._py_fill(a, b, start, size)
+        end = start + rng.uniform(0, 10)
+        assert links._c.latest_start(a, b, start, end, size) == \
+            links._py_latest_start(a, b, start, end, size)
+        end, points, rates = c_fill
+        if end < math.inf and rates:
+            for sign in (1.0, -1.0):
+                for link in (a, b):
+                    want = link._py_added(points, rates, sign)
+                    got = link.added(points, rates, sign)
+                    assert type(got) is Timeline and got.cap == link.cap
+                    assert (got.times, got.used) == (want.times, want.used)
+    with pytest.raises(ValueError):
+        links._c.added(Timeline(1.0, 5.0), [1.0, 2.0], [0.5], 1.0)
+
+
+def test_pure_python_plans_the_same_as_c():
+    """The whole scheduler with the Python loops (a fresh interpreter with
+    PARTIALCOLL_MLFABRIC_PURE_PYTHON=1) plans exactly what it plans with
+    the C ones."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from partialcoll.mlfabric import links
+    if links._c is None:
+        pytest.skip("partialcoll.mlfabric._linkops is not built")
+    code = ("import json, numpy as np\n"
+            "from partialcoll.mlfabric.microbench import random_batch\n"
+            "from partialcoll.mlfabric.monitor import LinkMonitor\n"
+            "from partialcoll.mlfabric.scheduler import Scheduler\n"
+            "from partialcoll.mlfabric import links\n"
+            "out, inn, ups, tau = random_batch(60, np.random.default_rng(5))\n"
+            "s = Scheduler(0, sorted(out), LinkMonitor(out, inn), tau, 3, 1,"
+            " 2, div_max=8.0, gamma=0.9)\n"
+            "p = s.plan(0.0, ups)\n"
+            "print(json.dumps([links._c is None, [[g.uid for g in grp.members]"
+            " for grp in p.groups], [grp.end for grp in p.groups],"
+            " [grp.end for grp in p.replication.groups]]))\n")
+    env = dict(os.environ, PARTIALCOLL_MLFABRIC_PURE_PYTHON="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    pure = json.loads(out.strip().splitlines()[-1])
+    env.pop("PARTIALCOLL_MLFABRIC_PURE_PYTHON")
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    fast = json.loads(out.strip().splitlines()[-1])
+    assert pure[0] is True and fast[0] is False
+    assert pure[1:] == fast[1:]
