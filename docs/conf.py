@@ -50,6 +50,12 @@ nitpick_ignore_regex = [
 
 html_theme = "furo"
 html_title = f"partialcoll {version}"
+# MLfabric's docstrings write a batch's size as the paper does, |U|: in
+# reStructuredText that is a substitution, defined here as itself.
+rst_prolog = r"""
+.. |U| replace:: \|U\|
+"""
+
 exclude_patterns = ["_build"]
 templates_path = []
 html_static_path = []

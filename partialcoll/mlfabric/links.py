@@ -23,14 +23,14 @@ re-plan transfers already scheduled).
 Transfers follow the paper's time sharing (section 5.1.1, Fig. 4b-c): a
 transfer takes, at every instant, all the residual bandwidth of the slower
 of its two links ("maximally using bottleneck capacity at any time"), from
-its start until its bytes are through (:func:`finish_time`, the paper's
+its start until its bytes are through (``finish_time()``, the paper's
 t_en); reserving it (NetUp) subtracts that profile from both links, so the
 bottleneck link has nothing left over the transfer and the other link keeps
 the difference.
 
 A *floor* (used to keep the order of commits at a server: a transfer must
 not complete before the one before it) is met by starting the transfer
-late enough that it completes at the floor (:func:`latest_start`): the
+late enough that it completes at the floor (``latest_start()``): the
 bytes use the last residual capacity before the floor, leaving the earlier
 capacity to others.  When the path has no capacity just before the floor
 the bytes are through earlier and the transfer's last byte is held back
@@ -241,7 +241,7 @@ def _py_latest_start(a, b, earliest, end, size):
 def _py_fill(a, b, start, size):
     """(t_en, points, rates): the transfer's profile on the path, the
     residual from ``start`` until its bytes are through (the loop of
-    :func:`finish_time`, recording the rates)."""
+    ``finish_time()``, recording the rates)."""
     if size <= 0:
         return start, [start, start], []
     ta, ua, ca = a.times, a.used, a.cap

@@ -48,7 +48,7 @@ def random_batch(n_updates, rng, probabilities=N2, base_rate=1e7,
 def scheduler_benchmark(n_updates, repeats=5, seed=0, aggregators=4,
                         replica_aggregators=2, probabilities=N2,
                         div_updates=10.0, runs=3):
-    """Time :meth:`Scheduler.plan` on random batches of ``n_updates``.
+    """Time :meth:`.Scheduler.plan` on random batches of ``n_updates``.
 
     Each of ``repeats`` batches is planned ``runs`` times by a fresh
     scheduler (the same plan each time) and keeps its fastest run (the

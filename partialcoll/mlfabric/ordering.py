@@ -24,7 +24,7 @@ the last position (1-based, within the batch) at which g may be applied.
 An update with dl(g) < 1 cannot be applied within tau_max at all.
 
 **Algorithm 1** (shortest transfer first): repeatedly pick the update whose
-t_en (:func:`~.links.finish_time`: the time it would be through using the
+t_en (``links.finish_time()``: the time it would be through using the
 remaining, time-varying bandwidth of the slower link of its path, given
 the reservations) is smallest, reserve its bandwidth (NetUp), repeat.
 This is not shortest-job-first by size/rate: a small update behind a
