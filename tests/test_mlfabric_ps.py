@@ -15,7 +15,7 @@ from mpi4py import MPI
 import partialcoll as pc
 from partialcoll.mlfabric.models import SoftmaxRegression
 from partialcoll.mlfabric.optim import SGD
-from partialcoll.mlfabric.train import train
+from partialcoll.mlfabric import train
 
 pytestmark = [pytest.mark.mpi,
               pytest.mark.skipif(MPI.COMM_WORLD.size not in (4, 8),
@@ -103,3 +103,33 @@ def test_baselines_train(network, mode):
     if mode == "mlfabric-s":
         assert set(res.delays) == {0}
         assert res.scheduler["batches"] >= 2
+        assert len(res.comm) >= 1 and min(res.comm) > 0
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree"])
+def test_sync_allreduce_baselines(network, algorithm):
+    """The synchronous baselines of the benchmark: the same workers agree
+    on the model (the tree's sum is exact as the ring's), loss falls."""
+    from partialcoll.mlfabric.allreduce_train import train_allreduce
+    model = SoftmaxRegression(features=64, classes=16, seed=1)
+    start = model.loss(model.params)
+    out = train_allreduce(model, SGD(5.0, 0.5), algorithm=algorithm,
+                          compute_time=0.02, stragglers=(0.1, 3.0),
+                          max_iterations=12, seed=5)
+    assert out["iterations"] == 12
+    assert out["losses"][-1][2] < start - 0.05
+    assert len(out["comm"]) == 12          # worker 0's, sent to all
+    ws = COMM.allgather(out["params"])
+    assert all(np.array_equal(ws[0], w) for w in ws)
+
+
+def test_tree_schedule_sums_exactly():
+    from partialcoll.mlfabric.allreduce_train import tree_schedule
+    c = COMM.Dup()
+    buf = np.arange(5, dtype=np.float64) + COMM.rank
+    s = tree_schedule(c, buf)
+    s.post().wait()
+    want = np.arange(5) * P + P * (P - 1) / 2
+    assert np.array_equal(buf, want)
+    s.free()
+    c.Free()

@@ -5,7 +5,7 @@ MODES = ("mlfabric", "async", "mlfabric-s")
 
 
 class RunConfig:
-    """Settings of :func:`~.train.train` (see there for their meaning)."""
+    """Settings of :func:`~.training.train` (see there for their meaning)."""
 
     def __init__(self, mode="mlfabric", tau_max=None, aggregators=2,
                  replica=False, replica_aggregators=1, div_max=math.inf,

@@ -1,7 +1,7 @@
 """A small real model for the parameter server's tests and benchmark:
 softmax regression on generated data (a random linear teacher).
 
-The model interface :func:`~.train.train` expects::
+The model interface :func:`~.training.train` expects::
 
     model.params                     # the initial parameters (1-D float)
     model.gradient(params, worker, step) -> the gradient (1-D, same size)

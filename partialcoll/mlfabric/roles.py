@@ -73,6 +73,7 @@ class Stats:
         self.delays = collections.Counter()     # delay -> updates
         self.drops = collections.Counter()      # reason -> updates
         self.sched_cpu, self.losses = [], []
+        self.comm = []      # MLfabric-S: per iteration, planned to applied
         self.notified, self.late = set(), set()
 
 

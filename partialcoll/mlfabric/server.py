@@ -165,6 +165,7 @@ class Server:
             if len(self.ready) < len(self.roles.workers):
                 return
             agg, wall = self.sched.plan_sync(t, self.ready)
+            self.t_full = t
             plan = BatchPlan(dropped=[], groups=agg.groups, replication=None)
             self.stats.sched_cpu.append(wall)
         else:
@@ -220,6 +221,7 @@ class Server:
             self.iteration.extend(members)
             if len(self.iteration) >= len(self.roles.workers):
                 self.version, self.iteration = self.version + 1, []
+                st.comm.append(now() - self.t_full)
         else:
             self.opt.apply(self.w, buf)
             self.version += len(members)

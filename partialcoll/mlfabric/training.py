@@ -34,6 +34,8 @@ class RunResult:
         replica: {"applied", "divergence"} (||w_server - w_replica|| at
             the end) or None.
         wall: seconds the run took.
+        comm: MLfabric-S only: seconds per iteration from planning (all
+            updates ready) to the last apply.
     """
 
     def __init__(self, **kw):
@@ -155,7 +157,7 @@ def _result(server, everyone, roles, cfg, wall):
                    "cpu_max": float(max(cpu, default=0.0))},
         updates={"notified": len(st.notified),
                  "applied": sum(applied.values()), "dropped": len(dropped)},
-        invariants=invariants, replica=replica, wall=wall,
+        invariants=invariants, replica=replica, wall=wall, comm=st.comm,
         mode=cfg.mode, config=cfg)
 
 
