@@ -2,14 +2,15 @@
 partialcoll.bench``), run under mpiexec."""
 import sys
 
-from . import (aware, hyperplane, latency, lstm, mlfabric_sched, netcal,
+from . import (aware, hyperplane, latency, lstm, mlfabric, mlfabric_sched,
+               netcal,
                overhead, rps, sweep, tictac, tictac_allreduce)
 
 COMMANDS = {"latency": latency, "sweep": sweep, "overhead": overhead,
             "hyperplane": hyperplane, "lstm": lstm, "netcal": netcal,
             "rps": rps, "aware": aware, "tictac": tictac,
             "tictac-allreduce": tictac_allreduce,
-            "mlfabric-sched": mlfabric_sched}
+            "mlfabric-sched": mlfabric_sched, "mlfabric": mlfabric}
 
 
 def main(argv=None):
