@@ -119,11 +119,12 @@ class _Applier:
         return done
 
     def _drain(self, run, wait):
+        from partialcoll import WaitTimeout
         done = 0
         while run.opened < len(run.gates):
             try:
                 op, rnd = run.schedule.wait_gate(timeout=wait)
-            except Exception:             # WaitTimeout: nothing ready yet
+            except WaitTimeout:           # nothing ready yet
                 return done
             commit, buf = run.gates[op]
             self.apply(buf, run.members.get(commit, []))
