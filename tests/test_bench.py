@@ -130,3 +130,18 @@ def test_lstm_benchmark_runs(rank_tmp):
     assert [r["mode"] for r in rows] == ["sync", "solo"]
     assert all(0 <= r["test_acc"] <= 1 and r["steps"] == max(1, 16 // P)
                for r in rows)
+
+
+@pytest.mark.max_ranks(4)
+def test_mlfabric_benchmark_quick():
+    """partialcoll-bench mlfabric --quick: every scheme runs on the same
+    network and reports a row; ring's speed-up over itself is 1."""
+    if MPI.COMM_WORLD.size < 3:
+        pytest.skip("a server and two workers at least")
+    from partialcoll.bench import mlfabric
+    rows = mlfabric.run(args_for(mlfabric, ["--quick", "--duration", "1"]))
+    if MPI.COMM_WORLD.rank == 0:
+        assert [r["scheme"] for r in rows] == list(mlfabric.SCHEMES)
+        ring = next(r for r in rows if r["scheme"] == "ring")
+        assert ring["speedup"] == 1.0 and ring["drops"] == 0
+        assert all(r["final_loss"] > 0 for r in rows)

@@ -9,8 +9,8 @@ that benchmark's options (each module's ``add_args``) and its description
 import argparse
 import sys
 
-from . import (aware, hyperplane, latency, lstm, mlfabric_sched, netcal,
-               overhead, rps, sweep, tictac, tictac_allreduce)
+from . import (aware, hyperplane, latency, lstm, mlfabric, mlfabric_sched,
+               netcal, overhead, rps, sweep, tictac, tictac_allreduce)
 
 #: name -> (module, one line for the top-level --help)
 COMMANDS = {
@@ -37,6 +37,8 @@ COMMANDS = {
                                            "torchvision)"),
     "mlfabric-sched": (mlfabric_sched, "MLfabric's scheduler time per "
                                        "batch (one process)"),
+    "mlfabric": (mlfabric, "MLfabric against asynchronous PS, ring and tree "
+                           "allreduce under stragglers and uneven links"),
 }
 
 

@@ -18,6 +18,13 @@ The algorithms, without MPI (testable on their own):
 * :mod:`.program`: a batch plan as each rank's sends, receives, sums and
   applies (the first step of the end-to-end server, not built yet);
 * :mod:`.microbench`: the scheduler's time per batch (section 7.4).
+
+The end-to-end parameter server on the executor over the emulated network
+(MPI): :func:`train` (:mod:`.training`; ranks' roles in :mod:`.roles`,
+:mod:`.server`, :mod:`.worker`; a program as a schedule in
+:mod:`.execute`), the optimizer and where momentum lives (:mod:`.optim`),
+a small model (:mod:`.models`), and the synchronous allreduce baselines
+(:mod:`.allreduce_train`).
 """
 from .aggregation import Aggregation, Group, aggregate, aggregate_sync
 from .links import NetworkState, Timeline, Transfer
@@ -26,9 +33,23 @@ from .ordering import Ordering, Update, deadline, delays, order_updates
 from .replication import (DivergenceTracker, Replication, divergence_bound,
                           replicate)
 from .scheduler import BatchPlan, Scheduler
+from .optim import SGD
+from .models import SoftmaxRegression
 
 __all__ = ["Aggregation", "BatchPlan", "DivergenceTracker", "Group",
            "LinkMonitor", "NetworkState", "Ordering", "Replication",
            "Scheduler", "Timeline", "Transfer", "Update", "aggregate",
            "aggregate_sync", "deadline", "delays", "divergence_bound",
-           "order_updates", "replicate"]
+           "order_updates", "replicate", "SGD", "SoftmaxRegression",
+           "train", "train_allreduce", "RunResult"]
+
+
+def __getattr__(name):
+    """The MPI parts load on first use (the algorithms need no MPI)."""
+    if name in ("train", "RunResult"):
+        from . import training
+        return getattr(training, name)
+    if name == "train_allreduce":
+        from .allreduce_train import train_allreduce
+        return train_allreduce
+    raise AttributeError(name)

@@ -1,0 +1,210 @@
+"""MLfabric's comparison (the paper's Table 2 shape) on the emulated
+network, under mpiexec (about 8 ranks): rank 0 is the parameter server,
+the others workers; the synchronous baselines run over the same workers.
+
+For every straggler configuration (C1 = 10 % of steps 2x slower, C2 = 10 %
+4x, C3 = 4 % 2x), link distribution (every NIC's rate redrawn every
+``--every`` seconds from {1, 2.5, 3.3, 5, 10} x ``--base-rate`` with
+N1 = (0, 0, 0, .1, .9), N2 = (0, .1, .1, .1, .7), N3 = (.5, 0, 0, 0, .5))
+and seed, with the same network seed (the same traces) and straggler seed
+for every scheme: MLfabric with tau_max = N and 2N (N workers), plain
+asynchronous PS, ring allreduce, binary-tree allreduce and MLfabric-S,
+each for ``--duration`` seconds of training on softmax regression
+(``--features`` x ``--classes`` float64 parameters: the update size).
+
+Reported per scheme: time to the target loss (``--target-loss``, or by
+default the highest of the schemes' lowest losses, so every scheme
+reaches it) and its speed-up over ring allreduce, updates applied by then,
+the final loss, drops, the largest delay, the scheduler's CPU time per
+batch, and for the synchronous schemes the communication time per
+iteration.  ``--plot F.png``: loss against time per scheme, one panel per
+configuration.  ``--quick``: a CI-size run (a small model, one
+configuration, 2 s per scheme).
+"""
+import math
+import sys
+
+from mpi4py import MPI
+
+import partialcoll as pc
+from ..mlfabric import SGD, SoftmaxRegression, train, train_allreduce
+from ._common import cli, emit, save_plot
+
+FACTORS = [1, 2.5, 3.3, 5, 10]
+NETWORKS = {"N1": [0, 0, 0, 0.1, 0.9], "N2": [0, 0.1, 0.1, 0.1, 0.7],
+            "N3": [0.5, 0, 0, 0, 0.5]}
+STRAGGLERS = {"C1": (0.10, 2.0), "C2": (0.10, 4.0), "C3": (0.04, 2.0)}
+SCHEMES = ("mlfabric-N", "mlfabric-2N", "async", "ring", "tree",
+           "mlfabric-s")
+QUICK = dict(features=32, classes=16, base_rate=0.5e6, duration=2.0,
+             compute=0.04, interval=0.05, every=0.5, stragglers="C2",
+             networks="N2", lag=0.1)
+
+
+def add_args(p):
+    p.add_argument("--quick", action="store_true",
+                   help="CI size: " + ", ".join(f"{k}={v}" for k, v in
+                                                QUICK.items()))
+    p.add_argument("--stragglers", default="C1,C2,C3")
+    p.add_argument("--networks", default="N1,N2,N3")
+    p.add_argument("--schemes", default=",".join(SCHEMES))
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--duration", type=float, default=60.0,
+                   help="seconds of training per scheme")
+    p.add_argument("--features", type=int, default=1024)
+    p.add_argument("--classes", type=int, default=128,
+                   help="with 1024 features: 1 MiB updates")
+    p.add_argument("--base-rate", type=float, default=10e6,
+                   help="bytes/s; NICs run at 1..10x this")
+    p.add_argument("--every", type=float, default=2.0,
+                   help="seconds between rate redraws")
+    p.add_argument("--compute", type=float, default=0.1,
+                   help="seconds of emulated compute per step")
+    p.add_argument("--interval", type=float, default=0.1,
+                   help="the scheduler's batch interval")
+    p.add_argument("--lag", type=float, default=0.2, help="monitor lag")
+    p.add_argument("--aggregators", type=int, default=2)
+    p.add_argument("--lr", type=float, default=5.0)
+    p.add_argument("--momentum", type=float, default=0.5)
+    p.add_argument("--target-loss", type=float)
+    p.add_argument("--plot")
+    p.add_argument("--csv")
+    p.add_argument("--json")
+
+
+def _quick(args):
+    if args.quick:
+        for k, v in QUICK.items():
+            setattr(args, k, v)
+    return args
+
+
+def _network(args, name, seed):
+    return {"seed": 1000 + seed, "default": {
+        "out_rate": args.base_rate, "in_rate": args.base_rate,
+        "latency": "0.5 ms"},
+        "trace": [{"ranks": "all", "nic": "both", "every": args.every,
+                   "factors": FACTORS,
+                   "probabilities": NETWORKS[name]}]}
+
+
+def _one(args, scheme, stragglers, seed, comm):
+    """Run one scheme; returns {"losses", "drops", "max_delay", ...}."""
+    model = SoftmaxRegression(args.features, args.classes, seed=seed)
+    opt = SGD(args.lr, args.momentum)
+    common = dict(compute_time=args.compute, stragglers=stragglers,
+                  duration=args.duration, seed=seed)
+    if scheme in ("ring", "tree"):
+        out = train_allreduce(model, opt, comm, algorithm=scheme, **common)
+        return {"losses": out["losses"], "drops": 0, "max_delay": 0,
+                "sched_ms": math.nan, "comm_ms": _ms(out["comm"])}
+    N = comm.size - 1
+    kw = dict(batch_interval=args.interval, monitor_lag=args.lag,
+              aggregators=args.aggregators,
+              initial_rate=args.base_rate * 5, **common)
+    if scheme.startswith("mlfabric-") and scheme != "mlfabric-s":
+        kw["tau_max"] = N if scheme == "mlfabric-N" else 2 * N
+        mode = "mlfabric"
+    else:
+        mode = scheme
+    res = train(model, opt, comm, mode=mode, **kw)
+    return {"losses": res.losses, "drops": res.updates["dropped"],
+            "max_delay": res.invariants["max_delay"],
+            "sched_ms": 1e3 * res.scheduler["cpu_mean"]
+            if res.scheduler["batches"] else math.nan,
+            "comm_ms": _ms(res.comm) if mode == "mlfabric-s" else math.nan,
+            "invariants": res.invariants}
+
+
+def _ms(xs):
+    return 1e3 * sum(xs) / len(xs) if xs else math.nan
+
+
+def _time_to(losses, target):
+    for t, applied, loss in losses:
+        if loss <= target:
+            return t, applied
+    return math.nan, math.nan
+
+
+def run(args, comm=MPI.COMM_WORLD):
+    args = _quick(args)
+    if comm.size < 3:
+        raise SystemExit("mlfabric: run under mpiexec with >= 3 ranks "
+                         "(a server and two workers; the paper's: about 8)")
+    rows, curves = [], {}
+    for cname in args.stragglers.split(","):
+        for nname in args.networks.split(","):
+            for seed in (int(s) for s in args.seeds.split(",")):
+                got = _configuration(args, cname, nname, seed, comm)
+                curves[(cname, nname, seed)] = got
+                rows.extend(_rows(args, cname, nname, seed, got))
+    emit(rows, list(rows[0]) if rows else [], args,
+         f"MLfabric comparison: P = {comm.size} ({comm.size - 1} workers), "
+         f"{args.features * args.classes * 8} B updates, base rate "
+         f"{args.base_rate:g} B/s redrawn every {args.every} s, compute "
+         f"{args.compute} s, {args.duration} s per scheme", comm)
+    if args.plot and comm.rank == 0:
+        _plot(curves, args.plot)
+    return rows
+
+
+def _configuration(args, cname, nname, seed, comm):
+    got = {}
+    for scheme in args.schemes.split(","):
+        pc.network.enable(_network(args, nname, seed))
+        try:
+            got[scheme] = _one(args, scheme, STRAGGLERS[cname], seed, comm)
+        finally:
+            pc.network.disable()
+        comm.Barrier()
+        if comm.rank == 0:
+            r = got[scheme]
+            print(f"[{cname}-{nname} seed {seed}] {scheme}: final loss "
+                  f"{r['losses'][-1][2]:.4f} after {r['losses'][-1][1]} "
+                  f"updates, drops {r['drops']}, max delay "
+                  f"{r['max_delay']}", file=sys.stderr, flush=True)
+    return got
+
+
+def _rows(args, cname, nname, seed, got):
+    target = args.target_loss
+    if target is None:
+        target = max(min(loss for _, _, loss in r["losses"])
+                     for r in got.values())
+    base = _time_to(got["ring"]["losses"], target)[0] if "ring" in got \
+        else math.nan
+    rows = []
+    for scheme, r in got.items():
+        t, applied = _time_to(r["losses"], target)
+        rows.append({"config": f"{cname}-{nname}", "seed": seed,
+                     "scheme": scheme, "target": round(target, 4),
+                     "time_s": round(t, 2), "speedup": round(base / t, 2)
+                     if t and t == t else math.nan,
+                     "updates": applied,
+                     "final_loss": round(r["losses"][-1][2], 4),
+                     "drops": r["drops"], "max_delay": r["max_delay"],
+                     "sched_ms": round(r["sched_ms"], 2),
+                     "comm_ms": round(r["comm_ms"], 1)})
+    return rows
+
+
+def _plot(curves, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    n = len(curves)
+    fig, axes = plt.subplots(1, n, figsize=(5 * n, 4), squeeze=False)
+    for ax, ((c, net, seed), got) in zip(axes[0], curves.items()):
+        for scheme, r in got.items():
+            ts, ls = zip(*[(t, loss) for t, _, loss in r["losses"]])
+            ax.plot(ts, ls, label=scheme)
+        ax.set_title(f"{c}-{net} seed {seed}")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("loss")
+        ax.legend()
+    save_plot(fig, path)
+
+
+def main(argv=None):
+    return cli(sys.modules[__name__], "mlfabric", argv)

@@ -1,0 +1,119 @@
+"""Synchronous data-parallel baselines for the MLfabric comparison: every
+worker computes (a DELAY op, stragglers as in the parameter server), then
+the updates are summed by a ring allreduce (``pc.allreduce``,
+``algorithm="ring"``: the paper's RR-Sync) or a binary-tree reduce and
+broadcast built here as one schedule (Tr-Sync), all on the emulated
+network.  The same workers as the parameter server (rank 0 and the replica
+rank sit out), the same model, optimizer and seeds.
+
+Binary tree over the workers (sub-communicator ranks), per iteration::
+
+    reduce:    leaves -> parent (recv, SUM) ... -> 0
+    broadcast: 0 -> children -> ... -> leaves
+
+The stop decision rides on the sum: one extra element, set by worker 0
+when the run is over, so every worker stops after the same iteration.
+"""
+import numpy as np
+from mpi4py import MPI
+
+from ..schedule import Schedule
+from .roles import Roles, now
+
+ALGORITHMS = ("ring", "tree")
+
+
+def tree_schedule(comm, buf):
+    """A persistent binary-tree allreduce (sum) of ``buf`` on ``comm``."""
+    r, size = comm.rank, comm.size
+    s = Schedule(comm, persistent=False)
+    x = s.buffer(buf, name="x")
+    kids = [c for c in (2 * r + 1, 2 * r + 2) if c < size]
+    tmps = [s.buffer(np.zeros_like(buf)) for _ in kids]
+    reds = []
+    for c, t in zip(kids, tmps):
+        got = s.recv(t, c, tag=1)
+        reds.append(s.reduce(x, t, after=[got]))
+    if r > 0:
+        up = s.send(x, (r - 1) // 2, tag=1, after=reds)
+        down = s.recv(x, (r - 1) // 2, tag=2, after=[up])
+        reds = [down]
+    for c in kids:
+        s.send(x, c, tag=2, after=reds)
+    return s.commit()
+
+
+def train_allreduce(model, optimizer, comm=None, algorithm="ring",
+                    compute_time=0.1, stragglers=(0.0, 1.0), duration=None,
+                    max_iterations=None, target_loss=None, eval_every=0.1,
+                    seed=0, replica=False):
+    """Synchronous SGD over the parameter server's worker ranks; returns
+    {"losses": [(t, updates, loss)], "iterations", "comm": [seconds per
+    iteration in the allreduce], "time_to_target"} on every rank."""
+    import partialcoll as pc
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}")
+    comm = MPI.COMM_WORLD if comm is None else comm
+    roles = Roles(comm.size, replica)
+    member = comm.rank in roles.workers
+    sub = comm.Split(0 if member else MPI.UNDEFINED, comm.rank)
+    out = None
+    if member:
+        out = _worker_loop(model, optimizer, sub, algorithm, compute_time,
+                           stragglers, duration, max_iterations, target_loss,
+                           eval_every, seed, pc)
+        sub.Free()
+    return comm.bcast(out, root=roles.workers[0])
+
+
+def _worker_loop(model, opt, sub, algorithm, compute_time, stragglers,
+                 duration, max_iterations, target_loss, eval_every, seed, pc):
+    n, N = np.asarray(model.params).size, sub.size
+    w = np.array(model.params, dtype=np.float64).reshape(-1)
+    h, buf = opt.history(n), np.zeros(n + 1)
+    rng = np.random.default_rng([seed, sub.rank, 7])
+    delay = Schedule(sub)
+    seconds = np.zeros(1)
+    delay.delay(delay.buffer(seconds)[0:1])
+    delay.commit()
+    tcomm = sub.Dup() if algorithm == "tree" else None
+    tree = tree_schedule(tcomm, buf) if algorithm == "tree" else None
+    t0 = t_eval = now()
+    losses, comm_times, t_reached, it = [(0.0, 0, model.loss(w))], [], None, 0
+    while True:
+        buf[:n] = opt.update(h, model.gradient(w, sub.rank, it))
+        r, s = stragglers
+        seconds[0] = compute_time * (s if rng.random() < r else 1.0)
+        delay.post().wait()
+        t = now()
+        buf[n] = float(sub.rank == 0 and _over(t - t0, it, duration,
+                                               max_iterations, t_reached))
+        if tree is not None:
+            tree.post().wait()
+        else:
+            buf[:] = pc.allreduce(buf, comm=sub, algorithm="ring")
+        comm_times.append(now() - t)
+        opt.apply(w, buf[:n], 1.0 / N)
+        it += 1
+        if sub.rank == 0 and now() >= t_eval:
+            losses.append((now() - t0, it * N, model.loss(w)))
+            t_eval = now() + eval_every
+            if target_loss is not None and losses[-1][2] <= target_loss \
+                    and t_reached is None:
+                t_reached = losses[-1][0]
+        if buf[n] > 0:
+            break
+    if sub.rank == 0:
+        losses.append((now() - t0, it * N, model.loss(w)))
+    delay.free()
+    if tree is not None:
+        tree.free()
+        tcomm.Free()
+    return {"losses": losses, "iterations": it, "comm": comm_times,
+            "time_to_target": t_reached, "params": w}
+
+
+def _over(elapsed, it, duration, max_iterations, t_reached):
+    return (duration is not None and elapsed >= duration) or \
+        (max_iterations is not None and it + 1 >= max_iterations) or \
+        t_reached is not None

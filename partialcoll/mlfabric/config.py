@@ -1,0 +1,42 @@
+"""The settings of one parameter-server run (checked up front)."""
+import math
+
+MODES = ("mlfabric", "async", "mlfabric-s")
+
+
+class RunConfig:
+    """Settings of :func:`~.training.train` (see there for their meaning)."""
+
+    def __init__(self, mode="mlfabric", tau_max=None, aggregators=2,
+                 replica=False, replica_aggregators=1, div_max=math.inf,
+                 batch_interval=0.1, compute_time=0.1, stragglers=(0.0, 1.0),
+                 monitor_lag=0.2, monitor_window=0.5, initial_rate=1e8,
+                 duration=None, max_updates=None, target_loss=None,
+                 eval_every=0.1, seed=0):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if duration is None and max_updates is None:
+            raise ValueError("give duration= (seconds) or max_updates=")
+        if mode == "mlfabric" and (tau_max is None or tau_max < 1):
+            raise ValueError("mode 'mlfabric' needs tau_max >= 1")
+        if replica and mode != "mlfabric":
+            raise ValueError("a replica needs mode 'mlfabric'")
+        r, s = stragglers
+        if not 0 <= r <= 1 or s < 1:
+            raise ValueError("stragglers=(r, s): 0 <= r <= 1, s >= 1")
+        if batch_interval <= 0 or compute_time < 0 or eval_every <= 0:
+            raise ValueError("batch_interval, eval_every > 0; "
+                             "compute_time >= 0")
+        self.mode, self.tau_max = mode, tau_max
+        self.aggregators, self.replica = aggregators, bool(replica)
+        self.replica_aggregators, self.div_max = replica_aggregators, div_max
+        self.batch_interval, self.compute_time = batch_interval, compute_time
+        self.stragglers = (float(r), float(s))
+        self.monitor_lag, self.monitor_window = monitor_lag, monitor_window
+        self.initial_rate = float(initial_rate)
+        self.duration, self.max_updates = duration, max_updates
+        self.target_loss, self.eval_every = target_loss, eval_every
+        self.seed = seed
+
+    def __repr__(self):
+        return f"RunConfig({self.__dict__!r})"

@@ -1,0 +1,129 @@
+"""A rank's :class:`~.program.Program` for one batch as one one-shot
+:class:`~partialcoll.schedule.Schedule` on the emulated network (step 3
+of the README's design of the end-to-end server).
+
+Op by op::
+
+    send   [start_at first byte] -> send(buffer, peer, tag, priority)
+    recv   recv(fresh buffer, peer, tag, priority)
+    sum    reduce(the sum's accumulator, member's buffer, SUM)
+           (after the member's receive; at once for the aggregator's own)
+    apply  gate(after the commit's receive and the previous apply): the
+           rank's loop applies the commit, then opens the gate
+
+A sum's accumulator is the buffer its ``("sum", name)`` send reads: the
+sums are found from that send's ``after`` list.  Only public Schedule
+API is used.
+"""
+import numpy as np
+
+from ..schedule import Schedule
+
+
+class BatchRun:
+    """One rank's posted schedule for one batch.
+
+    Attributes:
+        schedule: the :class:`Schedule` (None when the program had no op
+            to run, e.g. only drops).
+        gates: {gate op: (commit, buffer)} in commit order.
+        recvs: [(op index, peer, bytes, planned start)] for link reports.
+        sent: [(what, peer, bytes)] of this rank's sends.
+        summed: own updates this rank summed locally (as an aggregator).
+        dropped: uids the scheduler dropped (never sent).
+    """
+
+    def __init__(self):
+        self.schedule, self.gates, self.recvs = None, {}, []
+        self.sent, self.dropped, self.request = [], [], None
+        self.summed = []
+
+    def done(self):
+        """True once every op of the schedule completed."""
+        return self.schedule is None or self.schedule.test()
+
+    def reports(self):
+        """[(t_end, src, dst, bytes, seconds)] of this run's receives
+        (from the planned first byte to the arrival), once done."""
+        if self.schedule is None or not self.recvs:
+            return []
+        t = self.schedule.outcomes().t_done
+        out = []
+        for op, peer, size, start, me in self.recvs:
+            if start is not None and t[op] > start:
+                out.append((float(t[op]), peer, me, size, float(t[op]) - start))
+        return out
+
+    def free(self):
+        if self.schedule is not None:
+            self.schedule.free()
+            self.schedule = None
+
+
+def build(comm, program, held, length, dtype=np.float64):
+    """Post ``program`` (this rank's ops for one batch) as a schedule.
+
+    Args:
+        comm: the data-plane communicator (the emulated network's).
+        program: a :class:`~.program.Program` (or its ``ops`` list).
+        held: {uid: array} of updates this rank holds (its own).
+        length, dtype: every update's and sum's shape.
+    Returns a :class:`BatchRun` (its schedule posted, or None).
+    """
+    ops = program.ops if hasattr(program, "ops") else program
+    run, me = BatchRun(), getattr(program, "rank", comm.rank)
+    run.dropped = [op.what[1] for op in ops if op.kind == "drop"]
+    if not any(op.kind != "drop" for op in ops):
+        return run
+    s = Schedule(comm)
+    slots, arrays = {}, {}
+
+    def slot(what, fresh=False):
+        if what not in slots:
+            if what[0] == "update" and what[1] in held and not fresh:
+                arrays[what] = held[what[1]]
+            else:
+                arrays[what] = np.zeros(length, dtype)
+            slots[what] = s.buffer(arrays[what])
+        return slots[what]
+
+    target = {}
+    for op in ops:
+        if op.kind == "send" and op.what[0] == "sum":
+            for i in op.after:
+                target[i] = op.what
+    index = {}
+    for i, op in enumerate(ops):
+        after = [index[a] for a in op.after]
+        if op.kind == "send":
+            if op.start is not None:
+                after.append(s.start_at(float(op.start)))
+            index[i] = s.send(slot(op.what), op.peer, op.tag, after=after,
+                              priority=int(op.priority))
+            run.sent.append((op.what, op.peer, op.size))
+        elif op.kind == "recv":
+            index[i] = s.recv(slot(op.what, fresh=True), op.peer, op.tag,
+                              priority=int(op.priority))
+            run.recvs.append((index[i], op.peer, op.size, op.start, me))
+        elif op.kind == "sum":
+            if op.what[0] == "update" and op.what[1] in held:
+                run.summed.append(op.what)
+            index[i] = s.reduce(slot(target[i]), slot(op.what), after=after)
+        elif op.kind == "apply":
+            index[i] = s.gate(after=after)
+            run.gates[index[i]] = (op.commit, arrays[op.what])
+    s.commit()
+    run.schedule, run.request = s, s.post()
+    run.arrays = arrays
+    return run
+
+
+def start_times(programs):
+    """Give every receive the planned first byte of its send (matched by
+    tag), so receivers can time links; in place."""
+    starts = {op.tag: op.start for prog in programs.values()
+              for op in prog.ops if op.kind == "send"}
+    for prog in programs.values():
+        for op in prog.ops:
+            if op.kind == "recv":
+                op.start = starts.get(op.tag)

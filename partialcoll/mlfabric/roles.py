@@ -1,0 +1,197 @@
+"""The end-to-end asynchronous parameter server: what each rank does
+(the design in the README's MLfabric section).
+
+Design constraints:
+
+1. Ranks: 0 is the server and runs the scheduler (in its own loop, every
+   ``batch_interval``); the last rank is the replica when there is one;
+   the others are workers, any of which may be drawn as an aggregator.
+2. Control plane: ready notices, decisions (each rank's
+   :class:`~.program.Program`), link reports, stop and finish are pickled
+   messages on a duplicate communicator with plain mpi4py, outside the
+   emulated network (the paper's control socket).
+3. Data plane: updates, sums and model pulls move only in schedules on the
+   data communicator (the emulated network), built by :mod:`.execute`;
+   compute is a DELAY op (no CPU), the gradient itself is real.
+4. The scheduler sees rates only through the :class:`~.monitor.LinkMonitor`
+   fed by what receivers measured (planned first byte to arrival).
+5. A dropped update is decided by the scheduler before anything is sent:
+   its worker gets a "drop" op and never a send.  The server still checks
+   every commit's delays before applying it: one over tau_max is dropped
+   and counted ("late"); tests assert this never happens.
+6. Momentum lives at the workers (see :mod:`.optim`): the server applies
+   w -= lr * (sum of a commit), a linear step, so an aggregate equals its
+   members applied one by one and the replica's model, whatever its
+   grouping, equals the server's once both applied the same updates.
+7. Loops poll without spinning: a rank waits on a gate or sleeps 1 ms
+   when nothing is ready.
+"""
+import collections
+import itertools
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from ..schedule import Schedule
+from .execute import start_times
+from .program import Op, Program, programs
+
+CTL = 7            # control-plane tag (its own communicator)
+PULL_TAG = 1       # model pulls, server -> worker
+FIRST_TAG = 1000   # data tags: FIRST_TAG + a counter (mod TAG_SPAN)
+TAG_SPAN = 1 << 22
+IDLE = 0.001       # seconds a loop sleeps or waits when nothing is ready
+
+
+def now():
+    """The executor's clock (the same on every rank of a host)."""
+    import partialcoll
+    return partialcoll.now()
+
+
+class Roles:
+    """Which rank is what, for a communicator of ``size`` ranks."""
+
+    def __init__(self, size, replica):
+        if size < 2 or (replica and size < 3):
+            raise ValueError(f"needs a server and a worker (and a replica): "
+                             f"P = {size} is too small")
+        self.server = 0
+        self.replica = size - 1 if replica else None
+        self.workers = [r for r in range(1, size) if r != self.replica]
+
+
+class Stats:
+    """Counters one rank keeps during a run (merged at the server)."""
+
+    def __init__(self):
+        self.bytes = collections.Counter()      # (src, dst) -> bytes sent
+        self.sent = set()                       # uids this rank sent
+        self.dropped_here = set()               # uids it was told to drop
+        self.applied = collections.Counter()    # uid -> times applied
+        self.delays = collections.Counter()     # delay -> updates
+        self.drops = collections.Counter()      # reason -> updates
+        self.sched_cpu, self.losses = [], []
+        self.comm = []      # MLfabric-S: per iteration, planned to applied
+        self.notified, self.late = set(), set()
+
+
+def _ctl_messages(ctl):
+    """Every control message waiting for this rank: [(source, message)]."""
+    out, status = [], MPI.Status()
+    while ctl.Iprobe(MPI.ANY_SOURCE, CTL, status):
+        src = status.Get_source()
+        out.append((src, ctl.recv(source=src, tag=CTL)))
+    return out
+
+
+class _Applier:
+    """Commits arriving in batch runs, applied in plan order (the oldest
+    run's gates first; a run's gates are chained) or, ``ordered=False``,
+    whichever arrives first."""
+
+    def __init__(self, apply, ordered=True):
+        self.runs, self.apply, self.ordered = collections.deque(), apply, \
+            ordered
+        self.reports = []
+
+    def add(self, run, members):
+        run.members, run.opened = members, 0
+        if run.schedule is not None and run.gates:
+            self.runs.append(run)
+
+    def step(self, wait):
+        """Apply what is ready (waiting up to ``wait`` seconds on the
+        oldest run); returns the number of commits applied."""
+        done = 0
+        for run in list(self.runs) if not self.ordered else \
+                list(self.runs)[:1]:
+            done += self._drain(run, wait if self.ordered else 0.0)
+        while self.runs and self.runs[0].opened == len(self.runs[0].gates) \
+                and self.runs[0].done():
+            self._retire(self.runs.popleft())
+        if not self.ordered:
+            for run in [r for r in self.runs
+                        if r.opened == len(r.gates) and r.done()]:
+                self.runs.remove(run)
+                self._retire(run)
+        return done
+
+    def _drain(self, run, wait):
+        from partialcoll import WaitTimeout
+        done = 0
+        while run.opened < len(run.gates):
+            try:
+                op, rnd = run.schedule.wait_gate(timeout=wait)
+            except WaitTimeout:           # nothing ready yet
+                return done
+            commit, buf = run.gates[op]
+            self.apply(buf, run.members.get(commit, []))
+            run.schedule.open_gate(op, rnd)
+            run.opened, done, wait = run.opened + 1, done + 1, 0.0
+        return done
+
+    def _retire(self, run):
+        self.reports.extend(run.reports())
+        run.free()
+
+    def empty(self):
+        return not self.runs
+
+
+class _Tags:
+    def __init__(self):
+        self._count = itertools.count()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return FIRST_TAG + next(self._count) % TAG_SPAN
+
+
+def pull_buffer(params, version):
+    """A model pull's payload: the parameters, their version and the
+    sending time (the receiver times the link from it)."""
+    out = np.empty(params.size + 2)
+    out[:-2], out[-2], out[-1] = params, version, now()
+    return out
+
+
+def send_pull(dcomm, params, version, worker):
+    """Post the model to ``worker``; returns the one-shot schedule."""
+    s = Schedule(dcomm)
+    s.send(s.buffer(pull_buffer(params, version)), worker, PULL_TAG,
+           priority=-1)
+    s.commit()
+    s.post()
+    return s
+
+
+def async_programs(uid, worker, size, tag, server=0):
+    """Plain asynchronous PS: the worker's send and the server's receive
+    and apply of one update, with no scheduler (applied on arrival)."""
+    send, recv = Program(worker), Program(server)
+    send.add(Op("send", server, tag, ("update", uid), size))
+    r = recv.add(Op("recv", worker, tag, ("update", uid), size))
+    recv.add(Op("apply", what=("update", uid), after=[r], commit=0))
+    return send, recv
+
+
+def plan_programs(plan, roles, tags):
+    """{rank: Program} of a batch plan, receives stamped with their
+    planned start (for link reports), and each rank's commit members."""
+    progs = programs(plan, roles.server, roles.replica, tags)
+    start_times(progs)
+    members = {roles.server: {k: grp.members
+                              for k, grp in enumerate(plan.groups)}}
+    rep = getattr(plan, "replication", None)
+    if roles.replica is not None and rep is not None:
+        members[roles.replica] = {k: grp.members
+                                  for k, grp in enumerate(rep.groups)}
+    return progs, members
+
+
+def idle():
+    time.sleep(IDLE)

@@ -1,0 +1,282 @@
+"""The server rank (with the scheduler) and the replica rank of the
+end-to-end parameter server (design: :mod:`.roles`).
+
+Server loop, each pass::
+
+    control messages   ready notices -> the next batch; pulls -> model
+                       sends; link reports -> the monitor; stopped
+    commits            the oldest batch's gates: check delays, apply
+    every interval     Scheduler.plan(now, ready) -> each rank's Program
+    stop / finish      when the run's limit is reached, then drained
+
+Modes: "mlfabric" (MLfabric-A: ordering, aggregation, replication),
+"async" (no scheduler: each update is sent as soon as it is computed and
+applied on arrival) and "mlfabric-s" (synchronous: an iteration's updates
+aggregated by Algorithm 3 in the order they became ready, then every
+worker pulls the new model).
+"""
+import collections
+
+import numpy as np
+
+from .monitor import LinkMonitor
+from .ordering import Update
+from .program import Op
+from .execute import build
+from .roles import (CTL, Stats, _Applier, _ctl_messages, _Tags,
+                    async_programs, idle, now, plan_programs, send_pull)
+from .scheduler import BatchPlan, Scheduler
+
+
+class Server:
+    """Rank 0: the model, the scheduler, the applies."""
+
+    def __init__(self, cfg, model, optimizer, roles, dcomm, ctl):
+        self.cfg, self.model, self.opt, self.roles = cfg, model, optimizer, \
+            roles
+        self.dcomm, self.ctl = dcomm, ctl
+        self.w = np.array(model.params, dtype=np.float64).reshape(-1)
+        self.version, self.stats = 0, Stats()
+        self.ready, self.held_pulls, self.pulls = [], set(), []
+        self.last_version = {}                 # worker -> its last notice's
+        self.stopped, self.stopping = set(), False
+        self.applier = _Applier(self._apply, ordered=cfg.mode != "async")
+        self.tags, self.iteration = _Tags(), []
+        self.batches, self.t_reached = 0, None
+        self.sched = self._scheduler() if cfg.mode != "async" else None
+
+    def _scheduler(self):
+        nodes = [self.roles.server] + self.roles.workers + \
+            ([self.roles.replica] if self.roles.replica is not None else [])
+        rate = {r: self.cfg.initial_rate for r in nodes}
+        mon = LinkMonitor(dict(rate), dict(rate), lag=self.cfg.monitor_lag,
+                          window=self.cfg.monitor_window)
+        return Scheduler(self.roles.server, self.roles.workers, mon,
+                         tau_max=self.cfg.tau_max or 1,
+                         aggregators=self.cfg.aggregators,
+                         replica=self.roles.replica,
+                         replica_aggregators=self.cfg.replica_aggregators,
+                         div_max=self.cfg.div_max, gamma=0.0,
+                         interval=self.cfg.batch_interval,
+                         seed=self.cfg.seed)
+
+    # -- the loop ---------------------------------------------------------
+    def run(self):
+        self.t0 = now()
+        t_batch, t_eval = self.t0 + self.cfg.batch_interval, self.t0
+        while True:
+            for src, msg in _ctl_messages(self.ctl):
+                self._message(src, msg)
+            self._serve_pulls()
+            busy = self.applier.step(IDLE_WAIT)
+            self._observe(self.applier.reports)
+            self.pulls = [s for s in self.pulls if not _reaped(s)]
+            t = now()
+            if t >= t_eval:
+                self._evaluate(t)
+                t_eval = t + self.cfg.eval_every
+            if t >= t_batch:
+                self._batch(t)
+                t_batch = max(t_batch + self.cfg.batch_interval, t)
+            if not self.stopping and self._limit_reached(t):
+                self._stop()
+            if self.stopping and self._drained():
+                break
+            if not busy and self.applier.empty():
+                idle()
+        self._evaluate(now())
+        for r in range(1, self.ctl.size):
+            self.ctl.send(("finish",), dest=r, tag=CTL)
+        return self.w
+
+    def _limit_reached(self, t):
+        c = self.cfg
+        if c.duration is not None and t - self.t0 >= c.duration:
+            return True
+        if c.max_updates is not None and \
+                sum(self.stats.applied.values()) >= c.max_updates:
+            return True
+        return self.t_reached is not None
+
+    def _stop(self):
+        self.stopping = True
+        for r in self.roles.workers:
+            self.ctl.send(("stop",), dest=r, tag=CTL)
+
+    def _drained(self):
+        """All workers stopped, every notified update committed or
+        dropped, nothing in flight.  In mode "mlfabric-s" an iteration
+        the stop cut short never completes: its waiting pulls get the
+        model as it is and its updates are dropped ("stopped")."""
+        if self.cfg.mode == "mlfabric-s":
+            self._serve_pulls(force=True)
+        if len(self.stopped) < len(self.roles.workers) or self.pulls or \
+                self.held_pulls:
+            return False
+        if self.cfg.mode == "mlfabric-s" and \
+                0 < len(self.ready) < len(self.roles.workers):
+            self._drop(self.ready, "stopped")
+            self.ready = []
+        backlog = self.sched is not None and self.sched.backlog
+        return not self.ready and self.applier.empty() and not backlog
+
+    # -- control messages ---------------------------------------------------
+    def _message(self, src, msg):
+        kind = msg[0]
+        if kind == "ready":
+            _, uid, version, norm, size = msg
+            self.stats.notified.add(uid)
+            self.last_version[src] = version
+            g = Update(uid, src, size, version, norm)
+            if self.cfg.mode == "async":
+                self._async(g)
+            else:
+                self.ready.append(g)
+        elif kind == "pull":
+            self.held_pulls.add(src)
+        elif kind == "report":
+            self._observe(msg[1])
+        elif kind == "stopped":
+            self.stopped.add(src)
+
+    def _observe(self, reports):
+        if self.sched is not None:
+            for t, s, d, nbytes, secs in reports:
+                self.sched.monitor.observe_transfer(t, s, d, nbytes, secs)
+        del reports[:]
+
+    def _serve_pulls(self, force=False):
+        for w in sorted(self.held_pulls):
+            if self.cfg.mode == "mlfabric-s" and not force and \
+                    self.version <= self.last_version.get(w, -1):
+                continue                 # wait for the iteration's model
+            self.held_pulls.discard(w)
+            self.pulls.append(send_pull(self.dcomm, self.w, self.version, w))
+            self.stats.bytes[(0, w)] += self.w.nbytes
+            net = self.sched.net if self.sched is not None else None
+            if net is not None:
+                net.reserve(0, w, now(), float(self.w.nbytes))
+
+    # -- planning -----------------------------------------------------------
+    def _batch(self, t):
+        if self.cfg.mode == "async":
+            return
+        if self.cfg.mode == "mlfabric-s":
+            if len(self.ready) < len(self.roles.workers):
+                return
+            agg, wall = self.sched.plan_sync(t, self.ready)
+            self.t_full = t
+            plan = BatchPlan(dropped=[], groups=agg.groups, replication=None)
+            self.stats.sched_cpu.append(wall)
+        else:
+            if not self.ready and not self.sched.backlog:
+                return
+            plan = self.sched.plan(t, self.ready)
+            self.stats.sched_cpu.append(plan.cpu["total"])
+            self._drop([g for g, _ in plan.dropped],
+                       None, [r for _, r in plan.dropped])
+        self.ready, self.batches = [], self.batches + 1
+        self._distribute(plan)
+
+    def _drop(self, updates, reason, reasons=None):
+        for i, g in enumerate(updates):
+            self.stats.drops[reasons[i] if reasons else reason] += 1
+            self.stats.dropped_here.add(g.uid)
+        if reason == "stopped":          # tell the workers (no plan does)
+            by = collections.defaultdict(list)
+            for g in updates:
+                by[g.worker].append(Op("drop", what=("update", g.uid)))
+            for w, ops in by.items():
+                self.ctl.send(("batch", ops, {}), dest=w, tag=CTL)
+
+    def _distribute(self, plan):
+        progs, members = plan_programs(plan, self.roles, self.tags)
+        for rank, prog in progs.items():
+            mine = members.get(rank, {})
+            if rank == self.roles.server:
+                run = build(self.dcomm, prog, {}, self.w.size)
+                self.applier.add(run, mine)
+            else:
+                self.ctl.send(("batch", prog.ops, mine), dest=rank, tag=CTL)
+
+    def _async(self, g):
+        tag = next(self.tags)
+        send, recv = async_programs(g.uid, g.worker, g.size, tag)
+        self.ctl.send(("batch", send.ops, {}), dest=g.worker, tag=CTL)
+        run = build(self.dcomm, recv, {}, self.w.size)
+        self.applier.add(run, {0: [g]})
+
+    # -- applying -----------------------------------------------------------
+    def _apply(self, buf, members):
+        """One commit: checks every member's delay (the paper's convention:
+        V + 1 - v(g)), then w <- w - lr * buf."""
+        V, st = self.version, self.stats
+        delays = [V + 1 - g.version for g in members]
+        if self.cfg.mode == "mlfabric" and max(delays) > self.cfg.tau_max:
+            st.drops["late"] += len(members)       # never, as planned
+            st.late.update(g.uid for g in members)
+            return
+        if self.cfg.mode == "mlfabric-s":
+            self.opt.apply(self.w, buf, 1.0 / len(self.roles.workers))
+            self.iteration.extend(members)
+            if len(self.iteration) >= len(self.roles.workers):
+                self.version, self.iteration = self.version + 1, []
+                st.comm.append(now() - self.t_full)
+        else:
+            self.opt.apply(self.w, buf)
+            self.version += len(members)
+        for g, d in zip(members, delays):
+            st.applied[g.uid] += 1
+            st.delays[d if self.cfg.mode != "mlfabric-s" else 0] += 1
+
+    def _evaluate(self, t):
+        loss = float(self.model.loss(self.w))
+        applied = sum(self.stats.applied.values())
+        self.stats.losses.append((t - self.t0, applied, loss))
+        target = self.cfg.target_loss
+        if target is not None and loss <= target and self.t_reached is None:
+            self.t_reached = t - self.t0
+
+
+IDLE_WAIT = 0.002
+
+
+def _reaped(s):
+    if s.test():
+        s.free()
+        return True
+    return False
+
+
+class Replica:
+    """The replica: applies its commits in its plan's order."""
+
+    def __init__(self, cfg, model, optimizer, roles, dcomm, ctl):
+        self.cfg, self.opt, self.dcomm, self.ctl = cfg, optimizer, dcomm, ctl
+        self.w = np.array(model.params, dtype=np.float64).reshape(-1)
+        self.stats, self.version = Stats(), 0
+        self.applier = _Applier(self._apply)
+
+    def _apply(self, buf, members):
+        self.opt.apply(self.w, buf)
+        self.version += len(members)
+        for g in members:
+            self.stats.applied[g.uid] += 1
+
+    def run(self):
+        finishing = False
+        while not (finishing and self.applier.empty()):
+            for _, msg in _ctl_messages(self.ctl):
+                if msg[0] == "batch":
+                    run = build(self.dcomm, msg[1], {}, self.w.size)
+                    self.applier.add(run, msg[2])
+                elif msg[0] == "finish":
+                    finishing = True
+            busy = self.applier.step(IDLE_WAIT)
+            if self.applier.reports and not finishing:
+                self.ctl.send(("report", list(self.applier.reports)), dest=0,
+                              tag=CTL)
+                del self.applier.reports[:]
+            if not busy and self.applier.empty():
+                idle()
+        return self.w

@@ -1,0 +1,174 @@
+"""The public parameter-server training loop (MLfabric-A, plain async PS,
+MLfabric-S) on the executor over the emulated network."""
+import collections
+import math
+
+import numpy as np
+from mpi4py import MPI
+
+from .config import RunConfig
+from .optim import SGD
+from .roles import CTL, Roles, _ctl_messages
+from .server import Replica, Server
+from .worker import Worker
+
+
+class RunResult:
+    """What a run returns on every rank.
+
+    Attributes:
+        params: the server's final model.
+        losses: [(seconds since start, updates applied, loss)].
+        time_to_target: seconds until the loss first reached
+            ``target_loss`` (None: never, or no target).
+        drops: {reason: updates} ("stale", "deadline", "lookahead" ...:
+            the scheduler's; "late": over tau_max at the server, never
+            expected; "stopped": an iteration cut short by the end).
+        delays: {delay: updates applied} (the paper's convention).
+        bytes: {(src, dst): bytes sent} over the emulated network.
+        scheduler: {"batches", "cpu_mean", "cpu_max"} seconds per batch.
+        updates: {"notified", "applied", "dropped"}.
+        invariants: {"max_delay", "late", "dropped_sent", "applied_twice",
+            "unaccounted"}: the checks of a correct run (all 0 but
+            max_delay, which is at most tau_max in mode "mlfabric").
+        replica: {"applied", "divergence"} (||w_server - w_replica|| at
+            the end) or None.
+        wall: seconds the run took.
+        comm: MLfabric-S only: seconds per iteration from planning (all
+            updates ready) to the last apply.
+    """
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+    def __repr__(self):
+        keys = ("updates", "drops", "invariants", "time_to_target")
+        return "RunResult(" + ", ".join(
+            f"{k}={getattr(self, k)!r}" for k in keys) + ")"
+
+
+def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
+    """Train ``model`` on a parameter server: rank 0 is the server (and
+    the scheduler), the last rank the replica when ``replica=True``, the
+    others workers.  Collective over ``comm`` (default COMM_WORLD); run it
+    with the emulated network on (:mod:`partialcoll.network`) to see links.
+
+    Args:
+        model: ``params`` (1-D float, the start), ``gradient(params,
+            worker, step)`` and ``loss(params)`` (see :mod:`.models`).
+        optimizer: a :class:`~.optim.SGD` (momentum kept at the workers;
+            default ``SGD(0.1)``).
+        mode: "mlfabric" (ordering, aggregation, replication), "async"
+            (plain asynchronous PS) or "mlfabric-s" (synchronous
+            aggregation, section 6).
+        tau_max: the delay bound (mode "mlfabric").
+        aggregators: k per batch (an int, drawn, or a list of ranks).
+        replica, replica_aggregators, div_max: the replica (5.3).
+        batch_interval: seconds between batches (0.1, the paper's).
+        compute_time: seconds of emulated compute per step (a DELAY op).
+        stragglers: (r, s): a step is s times slower with probability r.
+        monitor_lag, monitor_window: the link monitor (0.2 s, 0.5 s).
+        initial_rate: bytes/s the scheduler assumes before any measurement.
+        duration, max_updates, target_loss: when to stop (the first met).
+        eval_every: seconds between loss evaluations at the server.
+        seed: aggregator draws and stragglers.
+    Returns a :class:`RunResult` on every rank.
+
+    Example::
+
+        model = SoftmaxRegression(features=64, classes=8)
+        res = train(model, SGD(lr=0.5, momentum=0.5), tau_max=8,
+                    aggregators=2, duration=3.0)
+        res.losses[-1], res.drops, res.delays
+    """
+    cfg = RunConfig(mode=mode, **settings)
+    optimizer = optimizer or SGD(0.1)
+    comm = MPI.COMM_WORLD if comm is None else comm
+    roles = Roles(comm.size, cfg.replica)
+    dcomm, ctl = comm.Dup(), comm.Dup()
+    try:
+        start = ctl.bcast(np.asarray(model.params, np.float64).reshape(-1)
+                          if comm.rank == 0 else None)
+        model.params = start
+        role = _role(comm.rank, roles)(cfg, model, optimizer, roles, dcomm,
+                                       ctl)
+        t0 = MPI.Wtime()
+        final = role.run()
+        wall = MPI.Wtime() - t0
+        mine = _local(role, comm.rank, roles, final)
+        everyone = ctl.gather(mine, root=0)
+        result = _result(role, everyone, roles, cfg, wall) \
+            if comm.rank == 0 else None
+        ctl.Barrier()
+        _ctl_messages(ctl)               # reports that came after the end
+        return ctl.bcast(result, root=0)
+    finally:
+        dcomm.Free()
+        ctl.Free()
+
+
+def _role(rank, roles):
+    if rank == roles.server:
+        return Server
+    return Replica if rank == roles.replica else Worker
+
+
+def _local(role, rank, roles, final):
+    st = role.stats
+    out = {"rank": rank, "sent": st.sent, "told_drop": st.dropped_here,
+           "bytes": st.bytes, "applied": st.applied}
+    if rank == roles.replica:
+        out["params"] = final
+    return out
+
+
+def _result(server, everyone, roles, cfg, wall):
+    st = server.stats
+    nbytes = collections.Counter()
+    sent, told = set(), set()
+    for part in everyone:
+        nbytes.update(part["bytes"])
+        sent |= part["sent"]
+        told |= part["told_drop"]
+    dropped = st.dropped_here
+    applied = st.applied
+    accounted = set(applied) | dropped | st.late
+    invariants = {
+        "max_delay": max(st.delays, default=0),
+        "late": st.drops.get("late", 0),
+        "dropped_sent": len(dropped & sent),
+        "applied_twice": sum(1 for c in applied.values() if c != 1),
+        "unaccounted": len(st.notified - accounted),
+        "told_not_dropped": len(told - dropped),
+    }
+    replica = None
+    if roles.replica is not None:
+        rep = everyone[roles.replica]
+        replica = {"applied": sum(rep["applied"].values()),
+                   "divergence": float(np.linalg.norm(server.w -
+                                                      rep["params"]))}
+    cpu = st.sched_cpu
+    return RunResult(
+        params=server.w, losses=st.losses,
+        time_to_target=server.t_reached, drops=dict(st.drops),
+        delays=dict(sorted(st.delays.items())), bytes=dict(nbytes),
+        scheduler={"batches": len(cpu),
+                   "cpu_mean": float(np.mean(cpu)) if cpu else 0.0,
+                   "cpu_max": float(max(cpu, default=0.0))},
+        updates={"notified": len(st.notified),
+                 "applied": sum(applied.values()), "dropped": len(dropped)},
+        invariants=invariants, replica=replica, wall=wall, comm=st.comm,
+        mode=cfg.mode, config=cfg)
+
+
+def loss_at(result, seconds):
+    """The last loss evaluated at or before ``seconds`` (math.nan before
+    the first)."""
+    best = math.nan
+    for t, _, loss in result.losses:
+        if t <= seconds:
+            best = loss
+    return best
+
+
+__all__ = ["RunResult", "train", "loss_at", "CTL"]

@@ -1,0 +1,135 @@
+"""The end-to-end MLfabric parameter server on the executor over the
+emulated network (partialcoll.mlfabric.train), at P = 4 and 8: it trains a
+softmax regression, the loss falls, and the run's invariants hold on the
+real run (no update applied with a delay above tau_max, no dropped update
+sent, every notified update applied exactly once or dropped); the replica
+ends equal to the server; plain async PS and MLfabric-S run too.
+
+Short configurations (2 s of training): the subject is P-dependent (the
+number of workers, aggregators drawn among them), so it runs at P = 4 and 8
+only (3 and 7 workers; at P = 8 a replica leaves 6)."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import partialcoll as pc
+from partialcoll.mlfabric.models import SoftmaxRegression
+from partialcoll.mlfabric.optim import SGD
+from partialcoll.mlfabric import train
+
+pytestmark = [pytest.mark.mpi,
+              pytest.mark.skipif(MPI.COMM_WORLD.size not in (4, 8),
+                                 reason="end to end at P = 4 and 8 only")]
+COMM = MPI.COMM_WORLD
+P = COMM.size
+
+
+@pytest.fixture
+def network():
+    """20 MB/s NICs, the base rate redrawn every 0.5 s from N2's factors:
+    a 4 KB update takes well under a ms, so links here are about fair
+    sharing and ordering, not about being slow."""
+    pc.network.enable({"seed": 3, "default": {
+        "out_rate": "4 MB/s", "in_rate": "4 MB/s", "latency": "0.2 ms"},
+        "trace": [{"ranks": "all", "nic": "both", "every": "0.5 s",
+                   "factors": [1, 2.5, 3.3, 5, 10],
+                   "probabilities": [0, 0.1, 0.1, 0.1, 0.7]}]})
+    yield
+    pc.network.disable()
+
+
+def run(mode, **kw):
+    model = SoftmaxRegression(features=64, classes=16, seed=1)
+    start = model.loss(model.params)
+    opts = dict(mode=mode, tau_max=P - 1, aggregators=2, duration=2.0,
+                compute_time=0.04, batch_interval=0.05,
+                stragglers=(0.1, 3.0), initial_rate=4e6, seed=5)
+    opts.update(kw)
+    return start, train(model, SGD(5.0, 0.5), **opts)
+
+
+def check_invariants(res, tau_max=None):
+    inv = res.invariants
+    assert inv["late"] == 0, inv               # never applied over tau_max
+    assert inv["dropped_sent"] == 0, inv       # a dropped update never sent
+    assert inv["applied_twice"] == 0, inv
+    assert inv["unaccounted"] == 0, inv        # applied once, or dropped
+    assert inv["told_not_dropped"] == 0, inv
+    if tau_max is not None:
+        assert max(res.delays) <= tau_max, res.delays
+    u = res.updates
+    assert u["applied"] + u["dropped"] + inv["late"] == u["notified"]
+
+
+def test_mlfabric_trains_and_keeps_its_invariants(network):
+    start, res = run("mlfabric")
+    check_invariants(res, tau_max=P - 1)
+    assert res.updates["applied"] >= 10, res
+    assert res.losses[-1][2] < start - 0.05, res.losses
+    assert res.scheduler["batches"] >= 5
+    assert sum(res.bytes.values()) > 0
+    assert res.replica is None
+    # the same result on every rank
+    assert COMM.allgather(res.updates) == [res.updates] * P
+
+
+def test_tight_tau_max_drops_and_never_exceeds(network):
+    """tau_max = 1 forces drops (several workers in flight): every one is
+    decided before sending, and no applied update has delay > 1."""
+    _, res = run("mlfabric", tau_max=1, duration=1.0)
+    check_invariants(res, tau_max=1)
+    assert res.updates["dropped"] > 0
+    assert set(res.delays) == {1}
+
+
+def test_replica_follows_and_ends_equal(network):
+    """Momentum at the workers: the server's step is linear, so the
+    replica, with its own groups, ends on the same model."""
+    start, res = run("mlfabric", replica=True, replica_aggregators=1,
+                     div_max=10.0)
+    check_invariants(res, tau_max=P - 1)
+    assert res.replica["applied"] == res.updates["applied"]
+    assert res.replica["divergence"] < 1e-9 * max(
+        1.0, float(np.linalg.norm(res.params)))
+    assert res.losses[-1][2] < start - 0.05
+
+
+@pytest.mark.parametrize("mode", ["async", "mlfabric-s"])
+def test_baselines_train(network, mode):
+    start, res = run(mode, duration=1.5)
+    check_invariants(res)
+    assert res.updates["dropped"] == 0 or mode == "mlfabric-s"
+    assert res.losses[-1][2] < start - 0.05, res.losses
+    if mode == "mlfabric-s":
+        assert set(res.delays) == {0}
+        assert res.scheduler["batches"] >= 2
+        assert len(res.comm) >= 1 and min(res.comm) > 0
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree"])
+def test_sync_allreduce_baselines(network, algorithm):
+    """The synchronous baselines of the benchmark: the same workers agree
+    on the model (the tree's sum is exact as the ring's), loss falls."""
+    from partialcoll.mlfabric.allreduce_train import train_allreduce
+    model = SoftmaxRegression(features=64, classes=16, seed=1)
+    start = model.loss(model.params)
+    out = train_allreduce(model, SGD(5.0, 0.5), algorithm=algorithm,
+                          compute_time=0.02, stragglers=(0.1, 3.0),
+                          max_iterations=12, seed=5)
+    assert out["iterations"] == 12
+    assert out["losses"][-1][2] < start - 0.05
+    assert len(out["comm"]) == 12          # worker 0's, sent to all
+    ws = COMM.allgather(out["params"])
+    assert all(np.array_equal(ws[0], w) for w in ws)
+
+
+def test_tree_schedule_sums_exactly():
+    from partialcoll.mlfabric.allreduce_train import tree_schedule
+    c = COMM.Dup()
+    buf = np.arange(5, dtype=np.float64) + COMM.rank
+    s = tree_schedule(c, buf)
+    s.post().wait()
+    want = np.arange(5) * P + P * (P - 1) / 2
+    assert np.array_equal(buf, want)
+    s.free()
+    c.Free()

@@ -1,0 +1,121 @@
+"""The end-to-end server's pieces that need no MPI: where momentum lives
+(an aggregate equals its members applied one by one, in any grouping; the
+exact server-momentum identity the choice avoids), settings checked up
+front, roles, receive start times, the plain-async programs."""
+import math
+
+import numpy as np
+import pytest
+
+from partialcoll.mlfabric.config import RunConfig
+from partialcoll.mlfabric.execute import start_times
+from partialcoll.mlfabric.links import NetworkState
+from partialcoll.mlfabric.models import SoftmaxRegression
+from partialcoll.mlfabric.optim import SGD
+from partialcoll.mlfabric.ordering import Update
+from partialcoll.mlfabric.program import programs
+from partialcoll.mlfabric.roles import Roles, async_programs
+from partialcoll.mlfabric.scheduler import Scheduler
+from partialcoll.mlfabric.monitor import LinkMonitor
+
+
+def test_worker_momentum_makes_grouping_irrelevant():
+    """Server w <- w - lr * sum: any grouping of the same updates gives
+    the same model (what lets the replica group differently)."""
+    rng = np.random.default_rng(0)
+    opt = SGD(lr=0.3, momentum=0.9)
+    us = [rng.normal(size=5) for _ in range(6)]
+    one = np.zeros(5)
+    for u in us:
+        opt.apply(one, u)
+    grouped = np.zeros(5)
+    for grp in ([0, 1, 2], [3], [4, 5]):
+        opt.apply(grouped, sum(us[i] for i in grp))
+    np.testing.assert_allclose(one, grouped, rtol=0, atol=1e-12)
+
+
+def test_server_momentum_depends_on_grouping_unless_two_sums():
+    """Why not server momentum: one step per aggregate differs from one
+    step per update; the exact form needs two weighted sums."""
+    rng = np.random.default_rng(1)
+    gamma, lr, us = 0.9, 0.1, [rng.normal(size=3) for _ in range(4)]
+    w, h = np.zeros(3), np.zeros(3)
+    for u in us:                          # Eq. 1-2, one step per update
+        h = gamma * h + u
+        w = w - lr * h
+    h2 = gamma * np.zeros(3) + sum(us)    # the aggregate as one step
+    assert not np.allclose(w, -lr * h2)
+    m = len(us)                           # the exact identity
+    a = sum(gamma ** (m - j) * us[j - 1] for j in range(1, m + 1))
+    b = sum((1 - gamma ** (m - j + 1)) / (1 - gamma) * us[j - 1]
+            for j in range(1, m + 1))
+    np.testing.assert_allclose(h, a, atol=1e-12)
+    np.testing.assert_allclose(w, -lr * b, atol=1e-12)
+
+
+def test_worker_history():
+    opt = SGD(lr=0.5, momentum=0.5)
+    h = opt.history(2)
+    assert np.array_equal(opt.update(h, np.array([1.0, 2.0])), [1, 2])
+    u = opt.update(h, np.array([1.0, 0.0]))
+    assert np.array_equal(u, [1.5, 1.0]) and u is not h
+    assert math.isclose(opt.norm(np.array([3.0, 4.0])), 2.5)
+    with pytest.raises(ValueError):
+        SGD(lr=0)
+    with pytest.raises(ValueError):
+        SGD(momentum=1.0)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(mode="nope", duration=1), dict(mode="mlfabric"),
+    dict(mode="mlfabric", duration=1), dict(mode="mlfabric", tau_max=0,
+                                            duration=1),
+    dict(mode="async", replica=True, duration=1),
+    dict(mode="async", stragglers=(2, 1), duration=1),
+    dict(mode="async", batch_interval=0, duration=1)])
+def test_config_refuses(kw):
+    with pytest.raises(ValueError):
+        RunConfig(**kw)
+
+
+def test_roles():
+    r = Roles(5, replica=True)
+    assert (r.server, r.replica, r.workers) == (0, 4, [1, 2, 3])
+    assert Roles(2, replica=False).workers == [1]
+    with pytest.raises(ValueError):
+        Roles(2, replica=True)
+    with pytest.raises(ValueError):
+        Roles(1, replica=False)
+
+
+def test_receives_get_their_sends_start():
+    mon = LinkMonitor({n: 1e6 for n in range(4)}, {n: 1e6 for n in range(4)})
+    s = Scheduler(0, [1, 2, 3], mon, tau_max=8, aggregators=[1])
+    plan = s.plan(0.0, [Update(("w", i), i, 1e4, 0) for i in (1, 2, 3)])
+    progs = programs(plan, 0)
+    start_times(progs)
+    sends = {op.tag: op.start for p in progs.values() for op in p.ops
+             if op.kind == "send"}
+    recvs = [op for p in progs.values() for op in p.ops if op.kind == "recv"]
+    assert recvs and all(op.start == sends[op.tag] for op in recvs)
+    assert all(op.start is not None and op.start >= 0.0 for op in recvs)
+
+
+def test_async_programs_match():
+    send, recv = async_programs("u", 3, 800.0, 1005)
+    (s,) = send.ops
+    assert (s.kind, s.peer, s.tag, s.what, s.start) == \
+        ("send", 0, 1005, ("update", "u"), None)
+    r, a = recv.ops
+    assert (r.kind, r.peer, r.tag) == ("recv", 3, 1005)
+    assert a.kind == "apply" and a.after == [0] and a.commit == 0
+
+
+def test_softmax_model_descends():
+    m = SoftmaxRegression(features=16, classes=4, samples=256, seed=2)
+    w, l0 = m.params.copy(), m.loss(m.params)
+    for step in range(50):
+        w -= 0.5 * m.gradient(w, 1, step)
+    assert m.loss(w) < l0 - 0.1
+    assert np.array_equal(m.gradient(w, 1, 3), m.gradient(w, 1, 3))
+    assert w.size == 64 and NetworkState is not None
