@@ -647,7 +647,8 @@ void pc_engine_shutdown(double drain_timeout)
     double t0 = pc_now();
     long idle = 0;
     pthread_mutex_lock(&E.prog);
-    while (pc_wire_sends_left() > 0 && pc_now() - t0 < drain_timeout) {
+    while ((pc_wire_sends_left() > 0 || pc_wire_emulated_pending()) &&
+           pc_now() - t0 < drain_timeout) {
         idle = sweep() ? 0 : idle + 1;
         pthread_mutex_unlock(&E.prog);
         driver_pause(idle, poll_max_us);

@@ -8,6 +8,7 @@
 #include "pc_sched.h"
 
 /* pc_wire.c, progress lock held */
+int pc_wire_emulated_pending(void);  /* an emulator still holds messages */
 int pc_wire_poll(void);              /* test the transport once, dispatch */
 int pc_wire_hot(void);               /* round-bound messages in flight */
 int pc_wire_outstanding(void);       /* messages of any kind in flight */

@@ -16,6 +16,15 @@
  *     long it may sleep (the next delivery, the next predicted end of one
  *     of its own transfers, or `tick` while its transfers share the wire
  *     with others whose ends may speed them up).
+ *  5. A send completes when the emulated wire has delivered it, as on a
+ *     real network whose NIC buffers what no receive is posted for yet:
+ *     not when MPI's send completes, which for a large message waits for
+ *     the receiver to post its receive (rendezvous).  So at delivery the
+ *     data are copied, MPI sends the copy (freed when MPI's send
+ *     completes) and the send is reported complete.  Waiting for the
+ *     receiver deadlocked the per-destination send cap: a send in flight
+ *     to B whose receive B posts only after another message, queued behind
+ *     a send in flight elsewhere, held the slot forever.
  */
 #include "pc_netem.h"
 #include "pc_sched.h"
@@ -32,7 +41,7 @@
 #include <unistd.h>
 
 #define NETEM_MAGIC 0x70636e6574656d31ULL      /* "pcnetem1" */
-enum { COOKIE_NETEM_RECV = -4 };
+enum { COOKIE_NETEM_RECV = -4, COOKIE_NETEM_SEND = -5 };
 
 typedef struct nsend {
     pc_msg m;
@@ -58,11 +67,13 @@ typedef struct {
     struct { nsend *head, *tail; int in_shm; } *out;   /* by dst, level */
     uint64_t next_id, *counter;     /* [dst * NCLASS + class] */
     int queued;                     /* sends not yet handed to MPI */
+    int handed;                     /* delivered, MPI's send of the copy
+                                     * not complete yet */
     nsend **heap;                   /* waiting for their delivery time */
     int nheap, capheap;
     nrecv *recs;                    /* live receives */
     pc_done *done;
-    int capdone;
+    int capdone, ndone;
     double next_finish;
     unsigned char scratch[8];
 } netem;
@@ -330,9 +341,50 @@ static int add_done(netem *N, int n, const pc_done *d)
     return n + 1;
 }
 
+/* The bytes of a message of contiguous elements (its extent); -1 for a
+ * datatype with holes, whose data are not copied. */
+static int64_t contiguous_bytes(const pc_msg *m)
+{
+    MPI_Aint lb = 0, extent = 0;
+    int size = 0;
+    MPI_Type_get_extent(m->dt, &lb, &extent);
+    MPI_Type_size(m->dt, &size);
+    return lb == 0 && extent == size ? (int64_t)m->count * size : -1;
+}
+
+/* Hand one delivered message to MPI: a copy of its data (or the marker),
+ * reported complete at once (design constraint 5).  Returns the MPI error
+ * of starting the send. */
+static int hand_over(netem *N, nsend *x, pc_msg *w)
+{
+    int64_t nb = w->buf == N->scratch ? 0 : contiguous_bytes(w);
+    if (nb < 0)
+        return N->wire->start(N->wire, w, NULL);   /* completes in MPI */
+    void *copy = nb ? malloc((size_t)nb) : NULL;
+    if (nb && !copy)
+        return MPI_ERR_NO_MEM;
+    if (nb)
+        memcpy(copy, w->buf, (size_t)nb);
+    pc_msg c = *w;
+    c.buf = nb ? copy : w->buf;
+    c.owner = copy;
+    c.cookie = COOKIE_NETEM_SEND;
+    int rc = N->wire->start(N->wire, &c, NULL);
+    if (rc != MPI_SUCCESS) {
+        free(copy);
+        return rc;
+    }
+    N->handed++;
+    pc_done d = {x->m.owner, x->m.cookie, 1, PC_MSG_DELIVERED, 0, -1,
+                 MPI_SUCCESS};
+    N->ndone = add_done(N, N->ndone, &d);
+    return MPI_SUCCESS;
+}
+
 /* Hand due messages to MPI; a failure becomes the send's completion. */
 static int deliver(netem *N, double now, int n)
 {
+    N->ndone = n;
     while (N->nheap > 0 && N->heap[0]->t_deliver <= now) {
         nsend *x = heap_pop(N);
         pc_msg w = x->m;
@@ -349,16 +401,28 @@ static int deliver(netem *N, double now, int n)
             w.count = x->lost ? 0 : 1;
             w.dt = MPI_BYTE;
         }
-        int rc = N->wire->start(N->wire, &w, NULL);
+        int rc = hand_over(N, x, &w);
         if (rc != MPI_SUCCESS) {
             pc_done d = {x->m.owner, x->m.cookie, 1, PC_MSG_DELIVERED, 0, -1,
                          rc};
-            n = add_done(N, n, &d);
+            N->ndone = add_done(N, N->ndone, &d);
         }
         N->queued--;
         free(x);
     }
-    return n;
+    return N->ndone;
+}
+
+/* MPI's send of a delivered copy completed: free the copy.  The send was
+ * reported complete at delivery; an MPI error now can only be told. */
+static void copy_sent(netem *N, const pc_done *d)
+{
+    free(d->owner);
+    N->handed--;
+    if (d->mpi_error != MPI_SUCCESS)
+        fprintf(stderr, "partialcoll: the emulated network's hand-over of a "
+                "delivered message to MPI failed (MPI error %d); its "
+                "receiver will not get it\n", d->mpi_error);
 }
 
 static void unlink_recv(netem *N, nrecv *r)
@@ -400,6 +464,10 @@ static int netem_poll(pc_transport *tp, pc_done **out, int *n)
     int m = 0;
     int rc = N->wire->poll(N->wire, &d, &m);
     for (int j = 0; j < m; j++) {
+        if (d[j].cookie == COOKIE_NETEM_SEND) {
+            copy_sent(N, &d[j]);
+            continue;
+        }
         if (d[j].cookie == COOKIE_NETEM_RECV)
             map_recv(N, &d[j]);
         k = add_done(N, k, &d[j]);
@@ -444,7 +512,10 @@ static double netem_next_poll(pc_transport *tp)
 static int netem_outstanding(pc_transport *tp)
 {
     netem *N = (netem *)tp;
-    return N->wire->outstanding(N->wire) + N->queued;
+    /* handed-over copies are counted twice (in MPI's too): the engine only
+     * asks whether anything is left, and the network may not be switched
+     * while MPI still sends them (their completions are routed here) */
+    return N->wire->outstanding(N->wire) + N->queued + N->handed;
 }
 
 static void netem_shutdown(pc_transport *tp)
@@ -492,7 +563,7 @@ pc_transport *pc_netem_create(pc_transport *wire, const char *config,
     }
     N->base = (pc_transport){"netem", netem_start, netem_poll,
                              netem_cancel_recv, netem_next_poll,
-                             netem_outstanding, netem_shutdown};
+                             netem_outstanding, netem_shutdown, 0};
     N->wire = wire;
     N->next_finish = INFINITY;
     if (netem_parse(&N->cfg, config, err, errlen) != 0)

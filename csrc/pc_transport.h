@@ -77,6 +77,10 @@ struct pc_transport {
     double (*next_poll)(pc_transport *tp);
     int (*outstanding)(pc_transport *tp);   /* messages not yet completed */
     void (*shutdown)(pc_transport *tp);
+    /* 1: a send may complete only once its receiver has posted the
+     * receive (MPI's rendezvous), so a send in flight may wait on the
+     * receiver's schedule; 0: sends complete when the wire delivered them */
+    int sends_wait;
 };
 
 double pc_now(void);                        /* CLOCK_MONOTONIC seconds */

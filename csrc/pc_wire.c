@@ -13,6 +13,11 @@
  *  3. Priority orders the wire: with a cap on sends in flight per
  *     destination process, queued sends leave lowest `prio` first (then
  *     in the order they became ready).  Without a cap nothing queues.
+ *     Where a send completes only once its receiver posted the receive
+ *     (MPI's rendezvous), a send in flight may wait for a receive that
+ *     its receiver posts only after a message queued behind it: so when a
+ *     destination's gate has moved nothing for GATE_STALL seconds while
+ *     sends queue, one more leaves (the cap bends, nothing hangs).
  *  4. Everything runs under the engine's progress lock.
  */
 #include "pc_engine_int.h"
@@ -21,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* cookie bits of an op's message: op index in the low 32 bits */
 #define CK_GATED (1LL << 40)      /* counted in its destination's gate */
@@ -38,7 +44,12 @@ typedef struct {
     int inflight;
     gated *q;                  /* heap by (prio, seq) */
     int n, cap;
+    double t_moved;            /* last release or completion */
 } sendgate;
+
+/* seconds a gate may stand still with sends queued before one more leaves
+ * (transports whose sends wait for the receiver only) */
+#define GATE_STALL 0.005
 
 typedef struct endpoint {
     MPI_Comm comm;
@@ -59,12 +70,13 @@ static struct {
     pc_transport *tp;
     int nhot, nsends;
     int cap;                   /* sends in flight per destination; 0: any */
+    int nqueued;               /* sends waiting in gates */
     sendgate *gates;
     int ngates;
     uint64_t seq;
     endpoint *eps;
     uint64_t foreign, unclaimed;
-} W = {NULL, 0, 0, 0, NULL, 0, 0, NULL, 0, 0};
+} W = {NULL, 0, 0, 0, 0, NULL, 0, 0, NULL, 0, 0};
 
 enum { BANK_MAX = 4096 };
 
@@ -86,6 +98,14 @@ int pc_wire_init(void)
 int pc_wire_hot(void) { return W.nhot; }
 int pc_wire_sends_left(void) { return W.nsends; }
 int pc_wire_outstanding(void) { return W.tp ? W.tp->outstanding(W.tp) : 0; }
+/* messages an emulated network holds or still hands over to MPI */
+int pc_wire_emulated_pending(void)
+{
+    pc_transport *wire = pc_transport_mpi();
+    return W.tp && W.tp != wire &&
+           W.tp->outstanding(W.tp) != wire->outstanding(wire);
+}
+
 double pc_wire_next_poll(void)
 {
     return W.tp ? W.tp->next_poll(W.tp) : HUGE_VAL;
@@ -103,8 +123,18 @@ int pc_wire_use_network(const char *config, char *err, int errlen)
         return PC_ENOMEM;
     pc_transport *wire = pc_transport_mpi();
     /* messages already handed to MPI go on as they are; an emulator may
-     * not be dropped while it still holds messages of its own */
-    if (W.tp->outstanding(W.tp) != wire->outstanding(wire)) {
+     * not be dropped while it still holds messages of its own.  Those it
+     * delivered and MPI still sends (their receivers, done with their
+     * collectives, have posted the receives) complete as MPI progresses:
+     * poll for them a while (the caller holds the progress lock) */
+    double t0 = pc_now();
+    while (pc_wire_emulated_pending() && pc_now() - t0 < 5.0) {
+        if (pc_wire_poll() == 0) {
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (pc_wire_emulated_pending()) {
         snprintf(err, errlen, "the emulated network still carries messages: "
                  "change it between collectives");
         return PC_EBUSY;
@@ -192,25 +222,47 @@ static int transmit(pc_sched *s, int op, void *buf, int count,
     return MPI_SUCCESS;
 }
 
+static int release_one(sendgate *g);
+
 static int release_gated(sendgate *g)
 {
-    while (g->n > 0 && g->inflight < W.cap) {
-        gated x = gate_pop(g);
-        int rc = transmit(x.s, x.op, x.buf, x.count, x.dt, x.tag,
-                          x.op | CK_GATED, x.s->ops[x.op].tclass);
-        if (rc != MPI_SUCCESS) {
-            char msg[MPI_MAX_ERROR_STRING] = "";
-            int len = 0;
-            MPI_Error_string(rc, msg, &len);
-            pc_sched_set_error(x.s, PC_EMPI, "send failed: op %d (to rank "
-                               "%d, tag %d) in round %llu: %s", x.op,
-                               x.s->ops[x.op].peer, x.tag,
-                               (unsigned long long)x.s->round, msg);
-            pc_engine_queue(x.s);
-            continue;
-        }
-        g->inflight++;
+    while (g->n > 0 && g->inflight < W.cap)
+        release_one(g);
+    return PC_OK;
+}
+
+/* a stalled gate lets one more send go (design constraint 3) */
+static void unstall_gates(void)
+{
+    if (!W.nqueued || !W.tp->sends_wait)
+        return;
+    double now = pc_now();
+    for (int p = 0; p < W.ngates; p++) {
+        sendgate *g = &W.gates[p];
+        if (g->n > 0 && now - g->t_moved > GATE_STALL)
+            release_one(g);
     }
+}
+
+static int release_one(sendgate *g)
+{
+    gated x = gate_pop(g);
+    W.nqueued--;
+    g->t_moved = pc_now();
+    int rc = transmit(x.s, x.op, x.buf, x.count, x.dt, x.tag,
+                      x.op | CK_GATED, x.s->ops[x.op].tclass);
+    if (rc != MPI_SUCCESS) {
+        char msg[MPI_MAX_ERROR_STRING] = "";
+        int len = 0;
+        MPI_Error_string(rc, msg, &len);
+        pc_sched_set_error(x.s, PC_EMPI, "send failed: op %d (to rank "
+                           "%d, tag %d) in round %llu: %s", x.op,
+                           x.s->ops[x.op].peer, x.tag,
+                           (unsigned long long)x.s->round, msg);
+        pc_engine_queue(x.s);
+        return PC_OK;
+    }
+    g->inflight++;
     return PC_OK;
 }
 
@@ -232,6 +284,9 @@ int pc_engine_start_send(pc_sched *s, int op, void *buf, int count,
         g->cap = cap;
     }
     gate_push(g, (gated){s, op, count, tag, o->prio, W.seq++, buf, dt});
+    W.nqueued++;
+    if (g->n == 1 && g->inflight >= W.cap)
+        g->t_moved = pc_now();             /* starts waiting now */
     if (pc_tl_on && g->inflight >= W.cap)
         pc_tl_op(PC_EV_GATED, s, op, 0);
     return release_gated(g);
@@ -248,6 +303,7 @@ void pc_engine_unhold(pc_sched *s)
                 g->q[keep++] = g->q[k];
         if (keep == g->n)
             continue;
+        W.nqueued -= g->n - keep;
         int n = keep;
         g->n = 0;
         for (int k = 0; k < n; k++)   /* re-heapify what is left */
@@ -472,6 +528,7 @@ int pc_wire_poll(void)
     if (!W.tp)
         return 0;
     W.tp->poll(W.tp, &d, &n);
+    unstall_gates();
     for (int k = 0; k < n; k++) {
         if (d[k].cookie == -1) {
             ctrl_arrived((endpoint *)d[k].owner, &d[k]);
@@ -484,6 +541,7 @@ int pc_wire_poll(void)
         if (d[k].send && (c & CK_GATED) && W.gates) {
             sendgate *g = &W.gates[s->ops[CK_OP(c)].wpeer];
             g->inflight--;
+            g->t_moved = pc_now();
             release_gated(g);
         }
         pc_sched_on_done(s, c >= 0 ? CK_OP(c) : c, &d[k]);
