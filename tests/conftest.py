@@ -66,6 +66,14 @@ def pytest_configure(config):
         capman.suspend_global_capture()
 
 
+def pytest_runtest_logstart(nodeid, location):
+    """On a rank whose output is logged, write each test's name as it
+    starts, unbuffered: when mpiexec's time limit kills the ranks, the logs
+    still say where each rank was."""
+    if _log_path is not None:
+        os.write(2, f"\n[{time.strftime('%H:%M:%S')}] {nodeid}\n".encode())
+
+
 def pytest_runtest_setup(item):
     """``@pytest.mark.max_ranks(n)``: skip above n ranks.  For long tests
     whose subject does not depend on P (memory over many rounds, benchmark
