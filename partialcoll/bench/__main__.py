@@ -2,13 +2,13 @@
 partialcoll.bench``), run under mpiexec."""
 import sys
 
-from . import (aware, hyperplane, latency, lstm, netcal, overhead, rps, sweep,
-               tictac, tictac_allreduce)
+from . import (aware, hyperplane, latency, lstm, netcal, overhead, overlap,
+               rps, sweep, tictac, tictac_allreduce)
 
 COMMANDS = {"latency": latency, "sweep": sweep, "overhead": overhead,
             "hyperplane": hyperplane, "lstm": lstm, "netcal": netcal,
             "rps": rps, "aware": aware, "tictac": tictac,
-            "tictac-allreduce": tictac_allreduce}
+            "tictac-allreduce": tictac_allreduce, "overlap": overlap}
 
 
 def main(argv=None):

@@ -3,7 +3,9 @@ averaging is a partial allreduce, so a slow rank no longer stalls the rest.
 
 * :mod:`.core`: :class:`EagerAverager`, framework-agnostic (NumPy arrays);
 * :mod:`.optim`: NumPy optimizers and their :class:`EagerOptimizer`;
-* :mod:`partialcoll.torch`: the PyTorch wrapper (imports torch).
+* :mod:`partialcoll.torch`: the PyTorch wrapper (imports torch): its code is
+  in :mod:`.torch`, :mod:`.torch_accumulation` (backward_passes_per_step)
+  and :mod:`.torch_overlap` (reductions started during backward).
 """
 from .core import EagerAverager, StepInfo
 from .optim import SGD, Adam, EagerOptimizer
