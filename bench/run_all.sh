@@ -25,3 +25,7 @@ timeout 1800 mpiexec -n 8 partialcoll-bench rps --csv bench/out/rps8.csv --plot 
 timeout 1800 mpiexec -n 4 partialcoll-bench rps --colocated --iters 300 --hidden 128 --csv bench/out/rps_colocated4.csv | tee bench/out/rps_colocated4.txt
 # network-aware PS load distribution (issue 17), 8 ranks
 timeout 1800 mpiexec -n 8 partialcoll-bench aware --csv bench/out/aware8.csv --plot bench/aware_np8.png | tee bench/out/aware8.txt
+# overlap of communication with backward (issue 13): step time with and
+# without, same run, sync and solo, emulated link calibrated to rho = 1
+timeout 900 mpiexec -n 2 partialcoll-bench overlap --csv bench/out/overlap_np2.csv | tee bench/out/overlap_np2.txt
+timeout 900 mpiexec -n 4 partialcoll-bench overlap --csv bench/out/overlap_np4.csv | tee bench/out/overlap_np4.txt
