@@ -29,3 +29,7 @@ timeout 1800 mpiexec -n 8 partialcoll-bench aware --csv bench/out/aware8.csv --p
 for n in N2 N1 N3; do
     timeout 600 partialcoll-bench mlfabric-sched --sizes 10,100,500,1000 --network $n --csv bench/out/mlfabric_sched_$n.csv | tee bench/out/mlfabric_sched_$n.txt
 done
+# overlap of communication with backward (issue 13): step time with and
+# without, same run, sync and solo, emulated link calibrated to rho = 1
+timeout 900 mpiexec -n 2 partialcoll-bench overlap --csv bench/out/overlap_np2.csv | tee bench/out/overlap_np2.txt
+timeout 900 mpiexec -n 4 partialcoll-bench overlap --csv bench/out/overlap_np4.csv | tee bench/out/overlap_np4.txt

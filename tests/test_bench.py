@@ -8,7 +8,7 @@ import pytest
 from mpi4py import MPI
 
 from partialcoll.bench import (aware, hyperplane, latency, lstm, netcal,
-                               overhead, rps, sweep)
+                               overhead, overlap, rps, sweep)
 
 pytestmark = pytest.mark.mpi
 
@@ -145,3 +145,26 @@ def test_mlfabric_benchmark_quick():
         ring = next(r for r in rows if r["scheme"] == "ring")
         assert ring["speedup"] == 1.0 and ring["drops"] == 0
         assert all(r["final_loss"] > 0 for r in rows)
+
+
+@pytest.mark.max_ranks(4)
+def test_overlap_benchmark_runs(rank_tmp):
+    """partialcoll-bench overlap --quick: both variants of sync and solo
+    are timed (sync's copies end equal: checked inside), overlap started
+    buckets during backward, plain none; ratios against plain."""
+    pytest.importorskip("torch", reason="PyTorch is not installed")
+    P = MPI.COMM_WORLD.size
+    rows = overlap.run(args_for(overlap, [
+        "--quick", "--steps", "2", "--json", str(rank_tmp / "o.json")]))
+    if P < 2:
+        assert rows == []
+        return
+    assert [(r["mode"], r["variant"]) for r in rows] == [
+        ("sync", "overlap"), ("sync", "plain"), ("solo", "overlap"),
+        ("solo", "plain")]
+    assert all(r["step_ms"] > 0 and r["buckets"] > 2 for r in rows), rows
+    assert all((r["early"] > 0) == (r["variant"] == "overlap")
+               for r in rows), rows
+    assert all(r["ratio"] == 1.0 for r in rows if r["variant"] == "plain")
+    if MPI.COMM_WORLD.rank == 0:
+        assert (rank_tmp / "o.json").exists()

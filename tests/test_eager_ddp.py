@@ -88,3 +88,86 @@ def test_ddp_hook_loses_nothing_and_replicas_agree(gloo, mode):
         np.testing.assert_allclose(w, COMM.bcast(w, root=0), atol=1e-12)
     assert hook.stats()["steps"] == 40
     assert hook.buckets > 1             # the gathering across buckets ran
+    if mode != "majority":              # buckets started during backward
+        assert hook.stats()["started_early"] >= 40, hook.stats()
+
+
+def run_ddp_steps(ddp, opt, steps, seed):
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(4, 6, generator=gen, dtype=torch.float64)
+        opt.zero_grad()
+        ddp(x).pow(2).mean().backward()
+        opt.step()
+
+
+def test_ddp_hook_starts_buckets_during_backward_same_result(gloo):
+    """Sync mode: the hook starts each of its buckets as soon as DDP has
+    handed over its gradients (before DDP's last bucket), and the
+    parameters are bit for bit those of the hook that starts everything
+    at the last bucket."""
+    models, hooks, opts = [], [], []
+    for overlap in (True, False):
+        torch.manual_seed(0)
+        model = Net().double()
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, bucket_cap_mb=0.01)
+        hook = pct.EagerHook(ddp, mode="sync", overlap=overlap)
+        ddp.register_comm_hook(hook, pct.eager_comm_hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+        models.append(model)
+        hooks.append(hook)
+        opts.append((ddp, opt))
+    for (ddp, opt) in opts:
+        run_ddp_steps(ddp, opt, 6, RANK)
+    for (n, p), (_, q) in zip(models[0].named_parameters(),
+                              models[1].named_parameters()):
+        np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy())
+        w = p.detach().numpy()
+        np.testing.assert_array_equal(w, COMM.bcast(w, root=0))
+    fast, slow = hooks
+    assert fast.overlap and not slow.overlap
+    assert len(fast.averager._buckets) == 3 and fast.buckets > 1
+    # its buckets before the one holding the first layer start early
+    assert fast.stats()["started_early"] >= 6 * 2, fast.stats()
+    assert slow.stats()["started_early"] == 0
+    for hook, (_, opt) in zip(hooks, opts):
+        assert hook.close(opt) is None
+
+
+class WithBatchNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(6, 8)
+        self.bn = torch.nn.BatchNorm1d(8)
+        self.c = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.c(self.bn(self.a(x)))
+
+
+@pytest.mark.parametrize("mode,buffers,warns", [
+    ("solo", True, True), ("majority", True, True), ("sync", True, False),
+    ("solo", False, False)])
+def test_broadcast_buffers_warning(gloo, mode, buffers, warns):
+    """DDP's broadcast_buffers=True with BatchNorm ties every rank to the
+    slowest at each forward: the hook warns in the partial modes."""
+    import warnings
+    torch.manual_seed(0)
+    # torch 2.13 renamed DDP's broadcast_buffers to forward_sync_buffers
+    # (the old name warns); a DDP made without either syncs them
+    ddp = torch.nn.parallel.DistributedDataParallel(WithBatchNorm().double())
+    ddp.broadcast_buffers = buffers         # an alias in torch 2.13
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        hook = pct.EagerHook(ddp, mode=mode)
+    said = [w for w in got if "broadcast_buffers" in str(w.message)]
+    assert len(said) == int(warns), [str(w.message) for w in got]
+    if warns:
+        assert said[0].category is RuntimeWarning
+        assert "broadcast_buffers=False" in str(said[0].message)
+        assert said[0].filename == __file__     # points at the caller
+    ddp.register_comm_hook(hook, pct.eager_comm_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    run_ddp_steps(ddp, opt, 3, RANK)
+    hook.close(opt)

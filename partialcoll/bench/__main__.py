@@ -10,7 +10,8 @@ import argparse
 import sys
 
 from . import (aware, hyperplane, latency, lstm, mlfabric, mlfabric_sched,
-               netcal, overhead, rps, sweep, tictac, tictac_allreduce)
+               netcal, overhead, overlap, rps, sweep, tictac,
+               tictac_allreduce)
 
 #: name -> (module, one line for the top-level --help)
 COMMANDS = {
@@ -37,6 +38,8 @@ COMMANDS = {
                                            "torchvision)"),
     "mlfabric-sched": (mlfabric_sched, "MLfabric's scheduler time per "
                                        "batch (one process)"),
+    "overlap": (overlap, "step time of the eager optimizer with and "
+                         "without overlap with backward (needs torch)"),
     "mlfabric": (mlfabric, "MLfabric against asynchronous PS, ring and tree "
                            "allreduce under stragglers and uneven links"),
 }

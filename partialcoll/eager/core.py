@@ -170,8 +170,30 @@ class EagerAverager:
             from overflowing.
         agree: a dict of a wrapper's own options that must be equal on every
             rank, checked with the rest (one error, on every rank).
+        order: the gradients' indices in the order the fused buffer holds
+            them (and buckets are cut and launched in): the order backward
+            makes them, for :meth:`offer`.  None: index order.
+        overlap: start each bucket's reduction as soon as :meth:`offer`
+            has handed over all its gradients, instead of in :meth:`reduce`
+            (which then packs the rest, starts what is left and waits).
+            Buckets start in bucket order on every rank, whatever order the
+            gradients come in.  Not with ``"sync-mpi"`` (its
+            ``MPI_Allreduce`` blocks).
 
     Creating, :meth:`flush` and :meth:`close` are collective over ``comm``.
+
+    Overlap (a step in parts)::
+
+        avg.offer(i, grad_i)        # as backward makes each gradient
+        averaged, info = avg.reduce(grads)   # the rest, then wait for all
+
+    A step whose reductions started but that is given up
+    (:meth:`abandon`, or :meth:`flush` with one open): ``"sync"`` starts
+    what is left (every rank must run the same collectives) and drops the
+    results; a partial mode cannot take back a gradient already deposited
+    in a round, so it waits for the rounds started and adds their result
+    to this rank's next step (or flush): every gradient is still applied
+    exactly once on every rank.
     """
 
     _created = 0
@@ -179,7 +201,7 @@ class EagerAverager:
     def __init__(self, templates, mode="solo", sync_every=None, comm=None,
                  bucket_bytes=None, seed=0, names=None, device=None, *,
                  priorities=None, partition_bytes=None, op="average",
-                 predivide=1.0, agree=None):
+                 predivide=1.0, agree=None, order=None, overlap=False):
         comm = MPI.COMM_WORLD if comm is None else comm
         if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
             raise ScheduleError(f"comm must be an mpi4py communicator, "
@@ -213,16 +235,26 @@ class EagerAverager:
             raise ScheduleError("names and templates differ in length")
         self.specs = specs
         self.sync_every = None if sync_every is None else int(sync_every)
+        order = _check_order(order, len(specs))
+        self.overlap = bool(overlap)
+        if self.overlap and self.mode == "sync-mpi":
+            raise ScheduleError("overlap: 'sync-mpi' reduces with a blocking "
+                                "MPI_Allreduce; use 'sync' to overlap")
         lc = _comm.library_comm(comm)
         if priorities is not None or partition_bytes is not None:
             _check_priorities(self.mode, priorities, partition_bytes, specs)
         self._check_same_everywhere(
             lc.ctl, bucket_bytes, seed,
             None if priorities is None else [int(p) for p in priorities],
-            partition_bytes, dict(agree or {}))
+            partition_bytes, {"order": order, "overlap": self.overlap,
+                              **dict(agree or {})})
         self.comm = comm
         self._lc = lc.acquire()     # its control duplicate, until close()
-        self._buckets = _plan_buckets(specs, bucket_bytes, self._mem)
+        self._buckets = _plan_buckets(specs, bucket_bytes, self._mem, order)
+        self._where = {}            # gradient index -> (bucket index, member)
+        for k, b in enumerate(self._buckets):
+            for m in b.members:
+                self._where[m[0]] = (k, m)
         _prioritise(self._buckets, priorities, partition_bytes)
         if self.mode not in SYNC_MODES:
             kw = {"comm": comm, "sync_every": self.sync_every}
@@ -241,6 +273,9 @@ class EagerAverager:
         self.rounds = 0             # rounds applied (flushes included)
         self._active_sum = 0        # sum of NAP over steps
         self.last = None
+        self.started_early = 0      # buckets started by offer() so far
+        self._stash = {}            # bucket -> [raw sum, rounds, round]
+        self._new_step()
         self._closed = False
         EagerAverager._created += 1
         self._order = EagerAverager._created    # the same on every rank
@@ -270,40 +305,93 @@ class EagerAverager:
         for a gradient this step did not produce: it counts as zero) and
         return ``(averaged, info)``: the arrays to apply (fresh arrays,
         shaped like the templates, divided by the world size unless ``op``
-        is ``"sum"``) and a :class:`StepInfo`."""
+        is ``"sum"``) and a :class:`StepInfo`.  With ``overlap``, gradients
+        already handed over by :meth:`offer` in this step are not read
+        again (their entries may be anything)."""
         self._check_open()
-        grads = list(grads)
-        if len(grads) != len(self.specs):
-            raise ScheduleError(f"expected {len(self.specs)} gradients, got "
-                                f"{len(grads)}")
-        for b in self._buckets:
-            _pack(b, grads, self.specs, self.names, self._mem, self._device)
-            if self.predivide != 1:
-                b.send /= self.predivide
+        grads = self._check_grads(grads)
+        self._pack_rest(grads)
         self.steps += 1
-        if self.mode == "sync":
-            out = _sync_buckets(self._buckets, self._mem, self.comm)
-            info = StepInfo(self.steps, self.size, True, 1, self.steps - 1)
+        if self.overlap:
+            res, out = self._finish()
+        elif self.mode == "sync":
+            self._predivide(self._buckets)
+            res, out = None, _sync_buckets(self._buckets, self._mem,
+                                           self.comm)
         elif self.mode in SYNC_MODES:
+            self._predivide(self._buckets)
             self._lc.before_collective()
-            out = []
+            res, out = None, []
             for b in self._buckets:     # MPI_Allreduce, on a host copy
                 r = self._mem.host(b.send).copy()
                 self._lc.ctl.Allreduce(MPI.IN_PLACE, r, op=MPI.SUM)
                 out.append(self._mem.from_host(r))
-            info = StepInfo(self.steps, self.size, True, 1, self.steps - 1)
         else:
+            self._predivide(self._buckets)
             res, out = _partial_buckets(self._buckets, self._mem,
                                         lambda c, part: c.start(part))
+        self._new_step()
+        if res is None:
+            info = StepInfo(self.steps, self.size, True, 1, self.steps - 1)
+        else:
+            extra = self._take_stash(out)
             info = StepInfo(self.steps, min(r.active for r in res),
                             all(r.included for r in res),
-                            max(r.rounds for r in res),
-                            max(r.round for r in res))
+                            max(r.rounds for r in res) + extra[0],
+                            max([r.round for r in res] + [extra[1]]))
         self.included += info.included
         self.rounds += info.rounds
         self._active_sum += info.active
         self.last = info
         return self._unpack(out), info
+
+    def offer(self, index, grad):
+        """``overlap``: hand over gradient ``index`` of this step (an array
+        like its template; None: zeros).  It is copied at once; when it
+        completes its bucket, that bucket's reduction starts, and so does
+        every following bucket already complete (buckets start in bucket
+        order on every rank).  :meth:`reduce` ends the step."""
+        self._check_open()
+        if not self.overlap:
+            raise ScheduleError("offer() needs an averager made with "
+                                "overlap=True")
+        if self._got[index]:
+            raise ScheduleError(f"gradient {self.names[index]} was handed "
+                                f"over twice in one step")
+        self._pack_one(index, grad)
+        self.started_early += self._launch_ready()
+
+    @property
+    def step_open(self):
+        """Whether this step has begun: a gradient handed over by
+        :meth:`offer` (its reduction may be running)."""
+        return any(self._got)
+
+    def abandon(self, grads=None):
+        """Give up the step :meth:`offer` began (see the class docstring:
+        ``"sync"`` completes it and drops it, a partial mode adds the
+        rounds already started to the next step).  ``grads``: the data for
+        the gradients not handed over yet, which ``"sync"`` still has to
+        send (None: zeros).  Returns whether a step was open."""
+        self._check_open()
+        if not self.step_open:
+            return False
+        if self.mode == "sync":
+            grads = self._check_grads(grads if grads is not None else
+                                      [None] * len(self.specs))
+            self._pack_rest(grads)
+            self._finish()
+        else:                       # only the rounds already started
+            got = self._collect(self._inflight)
+            for k, parts in got.items():
+                flat = self._flat(parts)
+                old = self._stash.get(k)
+                rounds = max(r.rounds for r in parts)
+                last = max(r.round for r in parts)
+                self._stash[k] = [flat, rounds, last] if old is None else \
+                    [old[0] + flat, old[1] + rounds, max(old[2], last)]
+        self._new_step()
+        return True
 
     def flush(self):
         """Collective: a synchronous round that returns everything still
@@ -311,19 +399,23 @@ class EagerAverager:
         rank has not applied yet) as ``(averaged, info)``; ``None`` when
         there is nothing to apply on any rank (then every rank gets None,
         so optimizers with state stay in step).  ``"sync"`` mode never has
-        anything pending."""
+        anything pending.  A step begun by :meth:`offer` is abandoned
+        first (:meth:`abandon`)."""
         self._check_open()
+        self.abandon()
         if self.mode in SYNC_MODES:
             return None
         res, out = _partial_buckets(self._buckets, self._mem,
                                     lambda c, part: c.flush())
+        extra = self._take_stash(out)
         xp = self._mem.xp
-        anything = int(any(r.rounds and bool(xp.any(d != 0))
-                           for r, d in zip(res, out)))
+        anything = int((extra[0] > 0 or any(r.rounds for r in res)) and
+                       any(bool(xp.any(d != 0)) for d in out))
         if not self._lc.ctl.allreduce(anything, op=MPI.MAX):
             return None
         info = StepInfo(0, min(r.active for r in res), True,
-                        max(r.rounds for r in res), max(r.round for r in res))
+                        max(r.rounds for r in res) + extra[0],
+                        max([r.round for r in res] + [extra[1]]))
         self.rounds += info.rounds
         return self._unpack(out), info
 
@@ -340,6 +432,117 @@ class EagerAverager:
         self._closed = True
         return final
 
+    # -- a step in parts ----------------------------------------------------
+    def _new_step(self):
+        self._got = [False] * len(self.specs)
+        self._missing = [len(b.members) for b in self._buckets]
+        self._next = 0              # the next bucket to start
+        self._inflight = {}         # bucket -> [request per part]
+        self._outs = {}             # bucket -> its result buffer (sync)
+
+    def _check_grads(self, grads):
+        grads = list(grads)
+        if len(grads) != len(self.specs):
+            raise ScheduleError(f"expected {len(self.specs)} gradients, got "
+                                f"{len(grads)}")
+        return grads
+
+    def _checked(self, i, g):
+        """Gradient ``i`` as an array to copy from (None: zeros)."""
+        if g is None:
+            return None
+        n, shape = self._where[i][1][2:]
+        be = _device.check_place(g, self._mem, self._device,
+                                 f"gradient {self.names[i]}", "the templates")
+        a = g if be is not None or isinstance(g, np.ndarray) else \
+            as_array(g, self.names[i])
+        if a.size != n:
+            raise ScheduleError(f"gradient {self.names[i]} has {a.size} "
+                                f"elements, expected {n} (shape {shape})")
+        return a
+
+    def _pack_one(self, i, g, checked=False):
+        a = g if checked else self._checked(i, g)
+        k, (_, off, n, _) = self._where[i]
+        b = self._buckets[k]
+        if a is None:
+            b.send[off:off + n] = 0
+        else:
+            b.send[off:off + n] = a.reshape(-1)
+        self._got[i] = True
+        self._missing[k] -= 1
+
+    def _pack_rest(self, grads):
+        """Pack every gradient not handed over yet (all checked first: a
+        bad one leaves the step as it was)."""
+        rest = [(i, self._checked(i, grads[i]))
+                for i, done in enumerate(self._got) if not done]
+        for i, a in rest:
+            self._pack_one(i, a, checked=True)
+
+    def _predivide(self, buckets):
+        if self.predivide != 1:
+            for b in buckets:
+                b.send /= self.predivide
+
+    def _launch_ready(self):
+        """Start every complete bucket from the next one on, in order;
+        returns how many started."""
+        started = 0
+        while self._next < len(self._buckets) and \
+                self._missing[self._next] == 0:
+            k, b = self._next, self._buckets[self._next]
+            self._predivide([b])
+            parts = [b.send[lo:hi] for lo, hi in b.parts]
+            if self.mode == "sync":
+                out = self._outs[k] = self._mem.empty(b.size, b.dtype)
+                self._inflight[k] = [
+                    iallreduce(x, out[lo:hi], comm=self.comm,
+                               priority=b.priority)
+                    for x, (lo, hi) in zip(parts, b.parts)]
+            else:
+                self._inflight[k] = [c.start(x)
+                                     for c, x in zip(b.colls, parts)]
+            self._next += 1
+            started += 1
+        return started
+
+    def _collect(self, inflight):
+        """Wait for the requests; returns {bucket: [result per part]}
+        (partial modes) or {bucket: None} (sync)."""
+        got = {}
+        for k, reqs in inflight.items():
+            done = [r.wait() for r in reqs]
+            got[k] = None if self.mode == "sync" else done
+        return got
+
+    def _flat(self, parts):
+        flat = [r.data.reshape(-1) for r in parts]
+        return flat[0] if len(flat) == 1 else self._mem.xp.concatenate(flat)
+
+    def _finish(self):
+        """Overlap: start what is left (every gradient is packed), wait
+        for every bucket; returns (results or None, buffer per bucket)."""
+        self._launch_ready()
+        got = self._collect(self._inflight)
+        if self.mode == "sync":
+            return None, [self._outs[k] for k in range(len(self._buckets))]
+        res, out = [], []
+        for k in range(len(self._buckets)):
+            res += got[k]
+            out.append(self._flat(got[k]))
+        return res, out
+
+    def _take_stash(self, out):
+        """Add what abandoned steps left (partial modes) to ``out`` (a raw
+        sum per bucket); returns (their rounds, their latest round)."""
+        rounds, last = 0, -1
+        for k, (flat, n, r) in self._stash.items():
+            out[k] = out[k] + flat
+            rounds, last = max(rounds, n), max(last, r)
+        self._stash = {}
+        return rounds, last
+
     # -- counters ---------------------------------------------------------
     @property
     def mean_active(self):
@@ -347,9 +550,14 @@ class EagerAverager:
         return self._active_sum / self.steps if self.steps else 0.0
 
     def stats(self):
-        """Counters for logging: steps, included, rounds, mean_active, and
-        the straggler report of the partial collective (partial modes; the
-        first bucket's, every bucket runs the same rounds): ``late_share``
+        """Counters for logging: steps, included, rounds, mean_active,
+        ``started_early`` (buckets whose reduction :meth:`offer` started,
+        before :meth:`reduce`: the ones overlapped with backward), and the
+        straggler report of the partial collective (partial modes; the
+        first bucket's: with several buckets each is its own partial
+        allreduce, with its own rounds, and every rank contributes to each
+        once per step, so a rank late in one is late in the others unless
+        it caught up in between): ``late_share``
         (per rank, the share of rounds its gradients missed and were carried
         into a later one), ``mean_lag`` (per rank, rounds since its last
         fresh gradient, averaged) and ``slowest`` (see
@@ -357,7 +565,8 @@ class EagerAverager:
         when some ranks were late in most of the last 100 rounds."""
         out = {"mode": self.mode, "steps": self.steps,
                "included": self.included, "rounds": self.rounds,
-               "mean_active": self.mean_active}
+               "mean_active": self.mean_active,
+               "started_early": self.started_early}
         coll = next((b.coll for b in self._buckets if b.coll is not None),
                     None)
         if coll is not None and not coll.closed:
@@ -420,13 +629,15 @@ def _spec(t):
     return tuple(int(s) for s in shape), dtype
 
 
-def _plan_buckets(specs, bucket_bytes, mem):
+def _plan_buckets(specs, bucket_bytes, mem, order=None):
     """One fused buffer in the widest gradient dtype (at least float32: MPI
-    has no float16), split into buckets of about ``bucket_bytes`` at
-    gradient boundaries (None: one bucket)."""
+    has no float16) holding the gradients in ``order`` (None: index
+    order), split into buckets of about ``bucket_bytes`` at gradient
+    boundaries (None: one bucket)."""
     dtype = np.result_type(np.float32, *[d for _, d in specs])
     buckets, cur, off = [], [], 0
-    for i, (shape, _) in enumerate(specs):
+    for i in (range(len(specs)) if order is None else order):
+        shape = specs[i][0]
         n = int(np.prod(shape, dtype=np.int64))
         if cur and bucket_bytes and (off + n) * dtype.itemsize > bucket_bytes:
             buckets.append(_Bucket(dtype, cur, mem))
@@ -437,20 +648,19 @@ def _plan_buckets(specs, bucket_bytes, mem):
     return buckets
 
 
-def _pack(b, grads, specs, names, mem, device):
-    for i, off, n, shape in b.members:
-        g = grads[i]
-        if g is None:
-            b.send[off:off + n] = 0
-            continue
-        be = _device.check_place(g, mem, device, f"gradient {names[i]}",
-                                 "the templates")
-        a = g if be is not None or isinstance(g, np.ndarray) else \
-            as_array(g, names[i])
-        if a.size != n:
-            raise ScheduleError(f"gradient {names[i]} has {a.size} elements, "
-                                f"expected {n} (shape {shape})")
-        b.send[off:off + n] = a.reshape(-1)
+def _check_order(order, n):
+    """``order`` as a list of ints, a permutation of range(n), or None."""
+    if order is None:
+        return None
+    try:
+        order = [int(i) for i in order]
+    except (TypeError, ValueError):
+        raise ScheduleError("order must be a list of gradient indices") \
+            from None
+    if sorted(order) != list(range(n)):
+        raise ScheduleError(f"order must name every gradient index 0..{n - 1}"
+                            f" once")
+    return order
 
 
 # -- priorities and partitions (TicTac for allreduce) ------------------------

@@ -24,6 +24,7 @@ import collections
 import contextlib
 import importlib.util
 import logging
+import warnings
 import weakref
 
 import numpy as np
@@ -32,8 +33,9 @@ from mpi4py import MPI
 
 from .. import _comm
 from .._errors import ScheduleError
-from .core import AveragerFront, EagerAverager
+from .core import SYNC_MODES, AveragerFront, EagerAverager
 from .torch_accumulation import LocalSum
+from .torch_overlap import DEFAULT_BUCKET_BYTES, Overlap, hooks_available
 
 log = logging.getLogger("partialcoll")
 
@@ -97,7 +99,10 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             must make the same number of steps).  None: never.
         comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
         bucket_bytes: split the fused gradient buffer into buckets of about
-            this many bytes (one partial allreduce each).  None: one.
+            this many bytes (one reduction each), gradients in reverse
+            registration order (the order backward makes them).  None: 25
+            MiB (DDP's default) in ``"solo"`` and the sync modes, one
+            bucket in ``"majority"`` and quorum (which take no other).
         seed: majority mode's seed for drawing initiators.
         priorities: ``{parameter name: number}``, lower = needed sooner by
             the next forward pass, e.g.
@@ -124,6 +129,22 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             is an error.  A local sum of fewer than N passes is not part
             of :meth:`flush`: :meth:`synchronize` reduces it whatever its
             count.  Needs torch >= 2.1 for N > 1.
+        overlap: start each bucket's reduction during backward, from the
+            parameters' post-accumulate-grad hooks, as soon as its last
+            gradient is made (on the N-th pass with
+            ``backward_passes_per_step``), and wait for them in ``step()``
+            / :meth:`synchronize`.  ``"solo"`` and ``"sync"``: bucket by
+            bucket; ``"majority"`` and quorum: their one fused round starts
+            at the last gradient; ``"sync-mpi"``: never (its
+            ``MPI_Allreduce`` blocks).  None (default): on where it can
+            be: torch >= 2.1, parameters on the CPU, not ``"sync-mpi"``;
+            True: the same, saying on the ``partialcoll`` logger why not
+            where it cannot; False: every reduction starts in ``step()``.
+            The same on every rank.  With it on, a backward pass that
+            reaches a parameter whose gradient already left (two
+            ``backward()`` calls before one ``step()`` with
+            ``backward_passes_per_step=1``) is an error at ``step()``, as
+            in Horovod and DDP.
 
     ``step()`` averages the gradients across ranks (summed over the
     processes, divided by the world size, stale ones included) and then
@@ -143,6 +164,14 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     The wrapper is an instance of the wrapped optimizer's class too (as in
     Horovod): ``isinstance(pct.EagerOptimizer(torch.optim.SGD(...)),
     torch.optim.SGD)`` holds.
+
+    With ``overlap``, a step that backward began but that is not applied
+    (``zero_grad()``, :meth:`flush` or :meth:`close` before ``step()``, a
+    ``step()`` inside :meth:`skip_synchronize` without :meth:`synchronize`,
+    or the error above) is given up: in ``"sync"`` its reductions are
+    completed and dropped; a partial mode cannot take back a gradient
+    already in a round, so the rounds are completed and applied at this
+    rank's next step (see :meth:`partialcoll.eager.EagerAverager.abandon`).
     """
 
     def __new__(cls, optimizer=None, *args, **kwargs):
@@ -155,14 +184,15 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     def __init__(self, optimizer, named_parameters=None, mode="solo",
                  sync_every=None, comm=None, bucket_bytes=None, seed=0, *,
                  priorities=None, partition_bytes=None, op="average",
-                 gradient_predivide_factor=1.0, backward_passes_per_step=1):
+                 gradient_predivide_factor=1.0, backward_passes_per_step=1,
+                 overlap=None):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ScheduleError(f"EagerOptimizer wraps a torch.optim.Optimizer,"
                                 f" not {type(optimizer).__name__}")
         if isinstance(optimizer, EagerOptimizer):
             raise ScheduleError("this optimizer is already an EagerOptimizer")
         self.optimizer = optimizer
-        self._named = _check_named(optimizer, named_parameters)
+        self._named, self._given = _check_named(optimizer, named_parameters)
         for name, p in self._named:
             if p.is_sparse:
                 raise ScheduleError(f"parameter {name} is sparse; eager-SGD "
@@ -180,20 +210,57 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             import cupy
             with cupy.cuda.Device(self._gpu.index):
                 device = cupy.empty(0)
+        norm = mode.lower() if isinstance(mode, str) else None
+        if bucket_bytes is None and norm in ("solo",) + SYNC_MODES:
+            bucket_bytes = DEFAULT_BUCKET_BYTES
+        numbers = _numbers(self._named, priorities)
+        if numbers is None and norm in ("solo", "sync"):
+            numbers = _forward_order(self._named, self._given)
+        overlap = self._overlap_wanted(overlap, norm)
         self.averager = EagerAverager(
             templates, mode, sync_every, comm, bucket_bytes, seed,
             [n for n, _ in self._named], device,
-            priorities=_numbers(self._named, priorities),
-            partition_bytes=partition_bytes, op=op,
+            priorities=numbers, partition_bytes=partition_bytes, op=op,
             predivide=gradient_predivide_factor,
-            agree={"backward_passes_per_step": passes})
+            agree={"backward_passes_per_step": passes},
+            order=_backward_order(self._named, self._given),
+            overlap=overlap)
         self.backward_passes_per_step = passes
         self._local = None if passes == 1 else LocalSum(self._named, passes)
+        self._overlap = None if not overlap else Overlap(
+            self._named, self.averager, self._local, _host_view)
         self._synchronized = False      # synchronize() ran since step()
         self._skipping = False          # inside skip_synchronize()
         self._warned = False
+        self._warned_abandon = False
         _OPTIMIZERS.add(self)
         self._ready = True
+
+    def _overlap_wanted(self, overlap, mode):
+        """Resolve ``overlap=None/True/False`` (see the class docstring)."""
+        if overlap is not None and not isinstance(overlap, bool):
+            raise ScheduleError(f"overlap must be None, True or False, not "
+                                f"{overlap!r}")
+        if overlap is False:
+            return False
+        why = None
+        if not hooks_available():
+            why = "this torch has no post-accumulate-grad hooks (torch < 2.1)"
+        elif mode == "sync-mpi":
+            why = "'sync-mpi' reduces with a blocking MPI_Allreduce"
+        elif any(p.device.type != "cpu" for _, p in self._named):
+            why = "the parameters are not all on the CPU"
+        if why is None:
+            return True
+        (log.warning if overlap else log.debug)(
+            "EagerOptimizer: no overlap with backward (%s): every reduction "
+            "starts in step()", why)
+        return False
+
+    @property
+    def overlap(self):
+        """Whether reductions start during backward (see ``overlap``)."""
+        return self._overlap is not None
 
     def add_param_group(self, param_group):
         if getattr(self, "_ready", False):
@@ -228,9 +295,13 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._check_extra_pass()
         if self._skipping:
-            if self._local is not None and not self._synchronized:
-                self._local.forget_passes()
+            if not self._synchronized:
+                self._abandon(why="skip_synchronize() without "
+                                  "synchronize()")
+                if self._local is not None:
+                    self._local.forget_passes()
         elif self._synchronized:
             if not self._warned:
                 self._warned = True
@@ -239,12 +310,81 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
                             "averaged by synchronize() are applied, not "
                             "reduced again")
         elif self._local is not None and not self._local.complete():
+            self._next_step()
             return loss
         else:
             self._reduce_into_grads()
         self._synchronized = False
+        self._next_step()
         self.optimizer.step()
         return loss
+
+    def _next_step(self, held=False):
+        if self._overlap is not None:
+            self._overlap.next_step(held)
+
+    def _check_extra_pass(self):
+        """With overlap: a backward pass reached a parameter whose gradient
+        had already left.  Complete the step's reductions (every rank runs
+        the same collectives), give it up, then raise."""
+        extra = None if self._overlap is None else self._overlap.extra
+        if extra is None:
+            return
+        name, count, held = extra
+        self._abandon(warn=False)
+        if self._local is not None:
+            self._local.drop()
+        self._synchronized = False
+        self._next_step()
+        if held:
+            raise ScheduleError(
+                f"a backward pass reached parameter {name} after "
+                f"synchronize() and before step(): with overlap its "
+                f"gradient would belong to no step; call step() first")
+        raise ScheduleError(
+            f"{count} backward passes before step(), more than "
+            f"backward_passes_per_step={self.backward_passes_per_step} "
+            f"(parameter {name}): with overlap each gradient leaves as "
+            f"soon as backward has made it, so the step was given up.  "
+            f"Raise backward_passes_per_step to accumulate passes locally, "
+            f"or pass overlap=False")
+
+    def _abandon(self, warn=True, why="step()"):
+        """Give up a step that backward began (see the class docstring)."""
+        if self._overlap is None or not self.averager.step_open:
+            return False
+        if warn and not self._warned_abandon:
+            self._warned_abandon = True
+            log.warning("EagerOptimizer: %s before the step that backward "
+                        "began: %s", why,
+                        "its reductions are completed and dropped"
+                        if self.averager.mode == "sync" else
+                        "its gradients are in rounds already; those rounds "
+                        "are applied at this rank's next step")
+        grads = [None if p.grad is None else _host_view(p.grad)
+                 for _, p in self._named]
+        self.averager.abandon(grads)
+        if self._local is not None:     # its local sum went with the step
+            self._local.drop()
+        return True
+
+    def zero_grad(self, set_to_none=True):
+        """The wrapped optimizer's ``zero_grad``; with overlap, after a
+        backward whose step was not taken, that step is given up first
+        (see the class docstring)."""
+        if not self._synchronized and self._abandon(why="zero_grad()"):
+            self._next_step()
+        super().zero_grad(set_to_none)
+
+    def flush(self):
+        """Collective: apply every gradient still pending on any rank, as
+        one extra optimizer step on every rank (on none when nothing is
+        pending anywhere).  Returns its StepInfo or None.  With overlap, a
+        step that backward began and ``step()`` did not take is given up
+        first."""
+        if self._abandon(why="flush()"):
+            self._next_step()
+        return super().flush()
 
     def synchronize(self):
         """Reduce the gradients now and write their averages into ``.grad``
@@ -256,10 +396,12 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         ``step()`` (in the modes where a step waits for others).  Returns
         the step's :class:`~partialcoll.eager.StepInfo`."""
         if not self._synchronized:
+            self._check_extra_pass()
             if self._local is not None:
                 self._local.complete(now=True)
             self._reduce_into_grads()
             self._synchronized = True
+            self._next_step(held=True)
         return self.averager.last
 
     @contextlib.contextmanager
@@ -281,8 +423,13 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     def close(self):
         """Collective: flush (applied), then free the communication
         resources and the gradient hooks.  Idempotent."""
+        if self.averager._closed:
+            return None
+        self._abandon(why="close()")
         if self._local is not None:
             self._local.remove_hooks()
+        if self._overlap is not None:
+            self._overlap.remove_hooks()
         return super().close()
 
     def _reduce_into_grads(self):
@@ -374,12 +521,28 @@ def _check_named(optimizer, named_parameters):
                                 f"parameters (indices {missing[:4]})")
         opt_ids = {id(p) for p in opt_params}
         named = [(n, p) for n, p in named if id(p) in opt_ids]
-        named.sort(key=lambda item: item[0])
-    named = [(n, p) for n, p in named if p.requires_grad]
+    given = [n for n, p in named if p.requires_grad]   # registration order
+    named = sorted(((n, p) for n, p in named if p.requires_grad),
+                   key=lambda item: item[0])
     if not named:
         raise ScheduleError("the optimizer has no parameter that requires "
                             "a gradient")
-    return named
+    return named, given
+
+
+def _backward_order(named, given):
+    """Indices into ``named`` (sorted by name) in reverse registration
+    order ``given``: roughly the order backward makes the gradients, so
+    buckets fill one after another during backward."""
+    index = {n: i for i, (n, _) in enumerate(named)}
+    return [index[n] for n in reversed(given)]
+
+
+def _forward_order(named, given):
+    """A number per parameter of ``named``: its place in registration order
+    (the order the next forward pass needs them, first layers first)."""
+    place = {n: k for k, n in enumerate(given)}
+    return [place[n] for n, _ in named]
 
 
 # -- model-level helpers ------------------------------------------------------
@@ -457,35 +620,74 @@ class EagerHook:
     """eager-SGD as a ``DistributedDataParallel`` communication hook, for
     DDP users who keep their optimizer as it is::
 
-        ddp = torch.nn.parallel.DistributedDataParallel(model)   # gloo group
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, broadcast_buffers=False)       # gloo group; see below
         hook = pct.EagerHook(ddp, mode="solo")
         ddp.register_comm_hook(hook, pct.eager_comm_hook)
         ...                       # train as usual with any optimizer
         hook.flush(optimizer)     # collective: pending gradients applied
 
-    DDP hands the gradients over bucket by bucket; the hook gathers them and,
-    at the last bucket, averages all of them in one partial allreduce over
-    MPI (fused in a fixed parameter order, so DDP rebuilding its buckets
-    after the first iteration changes nothing), then completes every
-    bucket's future.  ``mode``, ``sync_every``, ``comm`` and ``seed`` are as
-    for :class:`EagerOptimizer`; ``last_step`` and ``stats()`` too.
+    DDP hands the gradients over bucket by bucket during backward.  The hook
+    averages them over MPI in its own buckets (fixed: a parameter order and
+    size cap that do not change when DDP rebuilds its buckets after the
+    first iteration), gradients in reverse registration order as DDP fills
+    its buckets.  With ``overlap`` (default) in ``"solo"`` and ``"sync"``,
+    each of its buckets starts its reduction as soon as DDP has handed over
+    all its gradients, so communication runs while backward goes on; in
+    ``"majority"`` and quorum (one fused round per step) the round starts at
+    the last gradient.  DDP reads the results only once backward is over,
+    so the futures are completed at its last bucket.  ``overlap=False``:
+    everything starts at the last bucket.
+
+    ``mode``, ``sync_every``, ``comm`` and ``seed`` are as for
+    :class:`EagerOptimizer`; ``last_step`` and ``stats()`` too.
+    ``bucket_bytes``: the hook's bucket cap in ``"solo"`` and ``"sync"``
+    (None: DDP's ``bucket_cap_mb``, else 25 MiB).
+
+    DDP synchronises the ranks itself at some points, whatever the hook
+    does: with ``broadcast_buffers=True`` (DDP's default) and a model with
+    buffers (BatchNorm's running statistics), every forward pass starts
+    with a broadcast from rank 0, so a fast rank waits for a slow one at
+    every step and a partial mode cannot tolerate stragglers (measured: a
+    median step of 206 ms against 1.9 ms with the broadcast off).  A
+    warning says so when the hook is made for such a model in a mode other
+    than sync.  Also: ``find_unused_parameters=True`` (an allreduce of the
+    used-parameter map at every backward), ``SyncBatchNorm`` (collectives
+    in every forward), and once, the parameter broadcast when DDP is made
+    and the bucket rebuild after the first iteration.
     """
 
-    def __init__(self, model, mode="solo", sync_every=None, comm=None, seed=0):
+    def __init__(self, model, mode="solo", sync_every=None, comm=None, seed=0,
+                 *, bucket_bytes=None, overlap=True):
         module = getattr(model, "module", model)
         if not isinstance(module, torch.nn.Module):
             raise ScheduleError("EagerHook takes the DDP model (or its module)")
-        self._named = sorted(((n, p) for n, p in module.named_parameters()
-                              if p.requires_grad), key=lambda item: item[0])
+        if not isinstance(overlap, bool):
+            raise ScheduleError(f"overlap must be True or False, not "
+                                f"{overlap!r}")
+        given = [(n, p) for n, p in module.named_parameters()
+                 if p.requires_grad]
+        self._named = sorted(given, key=lambda item: item[0])
         if not self._named:
             raise ScheduleError("the model has no parameter that requires a "
                                 "gradient")
         self._index = {id(p): i for i, (_, p) in enumerate(self._named)}
         templates = [(tuple(p.shape), _np_dtype(p, n)) for n, p in self._named]
-        self.averager = EagerAverager(templates, mode, sync_every, comm, None,
-                                      seed, [n for n, _ in self._named])
+        plain = mode.lower() if isinstance(mode, str) else None
+        bucketed = plain in ("solo", "sync")
+        if bucket_bytes is None and bucketed:
+            bucket_bytes = int(getattr(model, "bucket_bytes_cap", 0)) or \
+                DEFAULT_BUCKET_BYTES
+        names = [n for n, _ in given]
+        self.averager = EagerAverager(
+            templates, mode, sync_every, comm, bucket_bytes, seed,
+            [n for n, _ in self._named],
+            order=_backward_order(self._named, names),
+            overlap=overlap and plain != "sync-mpi")
+        self.overlap = self.averager.overlap
         self.buckets = 0              # DDP buckets in the latest step
         self._reset()
+        _warn_ddp_sync_points(model, module, self.averager.mode)
 
     def _reset(self):
         self._grads = [None] * len(self._named)
@@ -508,6 +710,8 @@ class EagerHook:
         flat = _host_view(buf)
         for i, off, n in layout:
             self._grads[i] = flat[off:off + n]
+            if self.overlap:          # starts the buckets it completes
+                self.averager.offer(i, self._grads[i])
         fut = torch.futures.Future()
         self._waiting.append((buf, layout, fut))
         if bucket.is_last():
@@ -547,6 +751,29 @@ class EagerHook:
 
     def stats(self):
         return self.averager.stats()
+
+
+def _warn_ddp_sync_points(model, module, mode):
+    """Warn when DDP will broadcast buffers at every forward pass (a
+    synchronisation point) under a mode meant to tolerate stragglers."""
+    # torch >= 2.13 calls it forward_sync_buffers (broadcast_buffers is a
+    # deprecated alias)
+    on = getattr(model, "forward_sync_buffers",
+                 getattr(model, "broadcast_buffers", False))
+    if mode in SYNC_MODES or not on:
+        return
+    buffers = sum(1 for _ in module.buffers())
+    if not buffers:
+        return
+    warnings.warn(
+        f"EagerHook in mode {mode!r} on a DistributedDataParallel model with "
+        f"broadcast_buffers=True and {buffers} buffer(s): DDP broadcasts "
+        f"them from rank 0 at every forward pass, which makes every rank "
+        f"wait for the slowest each step, whatever the hook does.  Pass "
+        f"broadcast_buffers=False (torch >= 2.13: forward_sync_buffers="
+        f"False) to DistributedDataParallel, and average the buffers now "
+        f"and then with pct.synchronize_model",
+        RuntimeWarning, stacklevel=3)
 
 
 def eager_comm_hook(state, bucket):

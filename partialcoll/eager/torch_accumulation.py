@@ -83,6 +83,12 @@ class LocalSum:
         passes as they were."""
         self.seen = [0] * len(self.seen)
 
+    def drop(self):
+        """Forget the passes and the local sum (its step was given up)."""
+        self.done = 0
+        self.seen = [0] * len(self.seen)
+        self.sums = [None] * len(self.sums)
+
     def remove_hooks(self):
         for h in self.hooks:
             h.remove()
