@@ -106,3 +106,13 @@ def test_abandoned_partial_steps_are_applied_exactly_once(mode):
         COMM.Allreduce(MPI.IN_PLACE, s)
         np.testing.assert_allclose(t, s / P, rtol=1e-12)
     assert avg.started_early >= n
+
+
+def test_host_view_of_a_strided_tensor_is_a_contiguous_copy():
+    """A transposed gradient (non-contiguous) reaches NumPy as a contiguous
+    array with the same values, not a strided view."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    from partialcoll.eager.torch import _host_view
+    t = torch.arange(12.0).reshape(3, 4).t()
+    a = _host_view(t)
+    assert a.flags["C_CONTIGUOUS"] and (a == t.numpy()).all()

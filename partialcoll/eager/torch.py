@@ -66,8 +66,11 @@ def _host_view(t):
     """A NumPy array with ``t``'s data: a view for a contiguous CPU tensor,
     else a host copy."""
     t = t.detach()
-    if t.device.type != "cpu" or not t.is_contiguous():
-        t = t.to("cpu", memory_format=torch.contiguous_format)
+    if t.device.type != "cpu":
+        t = t.to("cpu")
+    if not t.is_contiguous():
+        # to(memory_format=...) returns a CPU tensor unchanged: copy here
+        t = t.contiguous()
     return t.numpy()
 
 
