@@ -7,12 +7,22 @@
  *     never sees data early and a lost message's data never moves at all.
  *  2. The order of a channel is kept: messages of one (src, dst) pair leave
  *     the emulated wire in order and are handed to MPI in order.
- *  3. A lost message is replaced by a zero-byte marker on the same
- *     communicator, peer and tag, so it keeps its place in MPI's matching
- *     order; the receiver maps it to DROPPED ("told") or SWALLOWED
- *     ("silent": the receive runs into its deadline).  Zero-byte payloads
- *     travel as one byte, so a marker is never mistaken for data.
- *  4. No thread of its own: the engine polls it, and asks next_poll() how
+ *  3. Every message carries an 8-byte header in front of its data: the
+ *     model's arrival time (its last byte off the wire, plus the latency).
+ *     The receiver reports it as the receive's t_arrive, as a NIC's hardware
+ *     receive timestamp would, however late its own progress thread (or the
+ *     sender's, which hands the message over) ran on an oversubscribed host.
+ *     Header and data travel as one MPI message (a struct datatype over the
+ *     two addresses: nothing is copied).  The sender's header lives in the
+ *     engine's op (pc_msg.hdr), the receiver's in its nrecv, so nothing of
+ *     ours is read by MPI after the transport is replaced.  It is host
+ *     memory: device buffers (the CUDA-aware path) are refused.
+ *  4. A lost message is replaced by a header alone, its time negated, on the
+ *     same communicator, peer and tag, so it keeps its place in MPI's
+ *     matching order; the receiver maps it to DROPPED ("told") or SWALLOWED
+ *     ("silent": the receive runs into its deadline).  A zero-byte payload
+ *     is a header alone with a positive time.
+ *  5. No thread of its own: the engine polls it, and asks next_poll() how
  *     long it may sleep (the next delivery, the next predicted end of one
  *     of its own transfers, or `tick` while its transfers share the wire
  *     with others whose ends may speed them up).
@@ -45,6 +55,7 @@ typedef struct nsend {
 typedef struct nrecv {
     void *owner;
     int64_t cookie, expect, handle;
+    double hdr;                        /* the sender's header lands here */
     struct nrecv *prev, *next;         /* every live receive (for cancel) */
 } nrecv;
 
@@ -64,10 +75,57 @@ typedef struct {
     pc_done *done;
     int capdone;
     double next_finish;
-    unsigned char scratch[8];
 } netem;
 
 static netem *current;       /* the network in use (for the queries) */
+static int err_device = MPI_ERR_BUFFER;   /* refusing device buffers */
+
+/* w's data behind the 8-byte header *hdr, as one message: a struct datatype
+ * over both addresses (w->buf becomes MPI_BOTTOM), or the header alone when
+ * there is no data.  *made (MPI_DATATYPE_NULL if none) is the caller's to
+ * free once the message is posted: MPI keeps it while the message needs it. */
+static int with_header(pc_msg *w, double *hdr, MPI_Datatype *made)
+{
+    *made = MPI_DATATYPE_NULL;
+    if (w->bytes == 0) {
+        w->buf = hdr;
+        w->count = 1;
+        w->dt = MPI_DOUBLE;
+        return MPI_SUCCESS;
+    }
+    int len[2] = {1, w->count};
+    MPI_Aint at[2];
+    MPI_Datatype types[2] = {MPI_DOUBLE, w->dt};
+    int rc = MPI_Get_address(hdr, &at[0]);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Get_address(w->buf, &at[1]);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Type_create_struct(2, len, at, types, made);
+    if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(made)) != MPI_SUCCESS)
+        MPI_Type_free(made);
+    if (rc != MPI_SUCCESS) {
+        *made = MPI_DATATYPE_NULL;
+        return rc;
+    }
+    w->buf = MPI_BOTTOM;
+    w->count = 1;
+    w->dt = *made;
+    return MPI_SUCCESS;
+}
+
+/* start w (with its header) on the wire, then let go of the datatype */
+static int start_with_header(netem *N, pc_msg *w, double *hdr,
+                             int64_t *handle)
+{
+    MPI_Datatype made;
+    int rc = with_header(w, hdr, &made);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    rc = N->wire->start(N->wire, w, handle);
+    if (made != MPI_DATATYPE_NULL)
+        MPI_Type_free(&made);
+    return rc;
+}
 
 /* ---- the shared segment */
 static void shm_lock(netem *N)
@@ -267,21 +325,18 @@ static int sync_model(netem *N, double now)
 static int netem_start(pc_transport *tp, const pc_msg *m, int64_t *handle)
 {
     netem *N = (netem *)tp;
+    if (m->space != PC_HOST)
+        return err_device;
     if (!m->send) {
         /* receives go to MPI now; their completions are mapped in poll() */
         nrecv *r = malloc(sizeof(*r));
         if (!r)
             return MPI_ERR_NO_MEM;
-        *r = (nrecv){m->owner, m->cookie, m->bytes, -1, NULL, N->recs};
+        *r = (nrecv){m->owner, m->cookie, m->bytes, -1, 0, NULL, N->recs};
         pc_msg w = *m;
-        if (m->bytes == 0) {
-            w.buf = N->scratch;
-            w.count = 1;
-            w.dt = MPI_BYTE;
-        }
         w.owner = r;
         w.cookie = COOKIE_NETEM_RECV;
-        int rc = N->wire->start(N->wire, &w, &r->handle);
+        int rc = start_with_header(N, &w, &r->hdr, &r->handle);
         if (rc != MPI_SUCCESS) {
             free(r);
             return rc;
@@ -295,6 +350,8 @@ static int netem_start(pc_transport *tp, const pc_msg *m, int64_t *handle)
     }
     if (m->wpeer < 0 || m->wpeer >= N->P)
         return MPI_ERR_RANK;
+    if (!m->hdr)
+        return MPI_ERR_ARG;              /* the engine always gives one */
     nsend *x = malloc(sizeof(*x));
     if (!x)
         return MPI_ERR_NO_MEM;
@@ -344,15 +401,13 @@ static int deliver(netem *N, double now, int n)
                       x->m.trace_op, x->m.trace_round, x->m.wpeer, x->m.tag,
                       x->m.bytes, x->m.prio, x->lost ? PC_OC_DROPPED : 0);
         }
-        if (x->lost || x->m.bytes == 0) {   /* marker, or a 1-byte stand-in */
-            w.buf = N->scratch;
-            w.count = x->lost ? 0 : 1;
-            w.dt = MPI_BYTE;
-        }
-        int rc = N->wire->start(N->wire, &w, NULL);
+        *x->m.hdr = x->lost ? -x->t_deliver : x->t_deliver;
+        if (x->lost)
+            w.bytes = 0;                  /* the header alone: a marker */
+        int rc = start_with_header(N, &w, x->m.hdr, NULL);
         if (rc != MPI_SUCCESS) {
             pc_done d = {x->m.owner, x->m.cookie, 1, PC_MSG_DELIVERED, 0, -1,
-                         rc};
+                         rc, 0};
             n = add_done(N, n, &d);
         }
         N->queued--;
@@ -378,9 +433,10 @@ static void map_recv(netem *N, pc_done *d)
     d->owner = r->owner;
     d->cookie = r->cookie;
     if (d->mpi_error == MPI_SUCCESS) {
-        int lost = d->bytes == 0;
-        if (!lost && r->expect == 0)
-            d->bytes = 0;                 /* the 1-byte stand-in */
+        int lost = r->hdr < 0;
+        d->t_arrive = fabs(r->hdr);
+        d->bytes = d->bytes > (int64_t)sizeof r->hdr
+                       ? d->bytes - (int64_t)sizeof r->hdr : 0;
         d->outcome = !lost ? PC_MSG_DELIVERED
                            : N->cfg.silent ? PC_MSG_SWALLOWED
                                            : PC_MSG_DROPPED;
@@ -482,6 +538,23 @@ int pc_netem_query(int rank, int nic, double t, double *rate, double *t0)
     return 0;
 }
 
+/* An MPI error code of our own, so that a refused device buffer says why
+ * (MPI_ERR_BUFFER if MPI has no room for it). */
+static void name_device_error(void)
+{
+    static int named;
+    int cls;
+    if (named)
+        return;
+    named = 1;
+    if (MPI_Add_error_class(&cls) == MPI_SUCCESS &&
+        MPI_Add_error_string(cls, "the emulated network carries host "
+                             "buffers only: give device buffers the staged "
+                             "path (partialcoll.set_gpu_path(\"staged\"))")
+            == MPI_SUCCESS)
+        err_device = cls;
+}
+
 pc_transport *pc_netem_create(pc_transport *wire, const char *config,
                               char *err, int errlen)
 {
@@ -512,6 +585,7 @@ pc_transport *pc_netem_create(pc_transport *wire, const char *config,
     }
     if (attach(N, err, errlen) != 0)
         goto fail;
+    name_device_error();
     current = N;
     return &N->base;
 fail:
