@@ -212,7 +212,6 @@ typedef struct pc_op {
     uint32_t tgen;            /* timer generation (stale timers are ignored) */
     double t_ready, t_done;   /* pc_now() when started / completed */
     double t_arrive;          /* RECV: the transport's arrival time, 0 none */
-    double hdr;               /* SEND: header room for the transport */
     uint64_t stamp[4];        /* stamped payload {stamp id, round, tag, 0} */
     uint64_t *bank;           /* stamped recv: banked future rounds */
     int nbank, capbank;

@@ -27,8 +27,6 @@
  *     when the message's last byte reached this rank by the transport's own
  *     account, as a NIC's hardware receive timestamp would give it; 0 when
  *     the transport has none (mpi: the engine's completion time stands in).
- *     A transport that carries such a stamp beside the data may use a send's
- *     `hdr` (8 bytes the caller keeps alive until the send completes).
  *   - Everything is called with the engine's progress lock held: transports
  *     need no locking of their own.
  */
@@ -61,7 +59,6 @@ typedef struct {
     uint64_t trace_sched, trace_round;
     int trace_op, prio;
     int space;              /* PC_HOST or PC_DEVICE: where buf lives */
-    double *hdr;            /* sends: 8 bytes for a header (see above) */
 } pc_msg;
 
 typedef struct {

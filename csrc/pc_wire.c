@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* cookie bits of an op's message: op index in the low 32 bits */
 #define CK_GATED (1LL << 40)      /* counted in its destination's gate */
@@ -103,7 +104,17 @@ int pc_wire_use_network(const char *config, char *err, int errlen)
         return PC_ENOMEM;
     pc_transport *wire = pc_transport_mpi();
     /* messages already handed to MPI go on as they are; an emulator may
-     * not be dropped while it still holds messages of its own */
+     * not be dropped while it still holds messages of its own.  Right
+     * after a collective it may (the emulated network keeps its sends'
+     * copies until MPI is done with them, and this thread may come before
+     * the progress thread's next poll): poll for up to a second first. */
+    for (double until = pc_now() + 1.0;
+         W.tp->outstanding(W.tp) != wire->outstanding(wire) &&
+         pc_now() < until;) {
+        pc_wire_poll();
+        struct timespec pause = {0, 100000};
+        nanosleep(&pause, NULL);
+    }
     if (W.tp->outstanding(W.tp) != wire->outstanding(wire)) {
         snprintf(err, errlen, "the emulated network still carries messages: "
                  "change it between collectives");
@@ -182,7 +193,7 @@ static int transmit(pc_sched *s, int op, void *buf, int count,
                                           : s->slots[o->aslot].space;
     pc_msg m = {1, buf, count, dt, (int64_t)count * size, o->peer, tag,
                 o->wpeer, s->comm, tclass, s, cookie, s->serial, s->round,
-                op, o->prio, space, &o->hdr};
+                op, o->prio, space};
     int rc = W.tp->start(W.tp, &m, NULL);
     if (rc != MPI_SUCCESS)
         return rc;
@@ -270,7 +281,7 @@ int pc_engine_start_recv(pc_sched *s, int op, void *buf, int count,
     int space = cookie < 0 ? PC_HOST : s->slots[o->aslot].space;
     pc_msg m = {0, buf, count, dt, (int64_t)count * size, o->peer, tag,
                 o->wpeer, s->comm, o->tclass, s, cookie, s->serial, s->round,
-                op, o->prio, space, NULL};
+                op, o->prio, space};
     int rc = W.tp->start(W.tp, &m, handle);
     if (rc == MPI_SUCCESS && cookie >= 0)
         W.nhot++;

@@ -65,9 +65,14 @@ Two simpler estimators are biased:
   receiver holds stretches the union while the NIC is idle.
 
 What no passive measurement gives: the rate of a NIC that is not saturated
-(all its flows are held back by slower peers); the estimate is then what
-the NIC carried, a lower bound.  The scheduler takes, per NIC, the median
-of the last few calls' estimates, which drops one call's outlier.
+(all its flows are held back elsewhere); the estimate is then what the NIC
+carried, a lower bound.  One case recurs: a server with a small share gets
+probes only, from senders whose NICs are busy with larger flows, so its
+incoming NIC may never be saturated; it is measured low, and Algorithm 1
+keeps its share small (a fast node can stay at a share near 0; the sum of
+the s_ij overcounted such short links and hid this).  The scheduler takes,
+per NIC, the median of the last few calls' estimates, which drops one
+call's outlier.
 
 Algorithm 2 (slice assignment).  The vector is cut into slices: first
 ``num_probe`` probe slices of ``size_probe`` elements for *every* server, a
