@@ -46,7 +46,8 @@ def by_nic(reports, rate_of):
     est = np.full((2, P), math.nan)
     for side in (0, 1):
         for n in range(P):
-            links = [a for ij, a in reports.items() if ij[side] == n]
+            links = [a for ij, (a, _) in reports.items()
+                     if ij[side] == n and len(a) > 1]
             if links:
                 est[side, n] = rate_of(links)
     return est
@@ -70,7 +71,8 @@ def union(links):
 
 
 def by_time(links):
-    """plan.nic_rates' stretch, a straddling slice split by time."""
+    """plan.nic_rates' stretch, a straddling slice split by time (and no
+    account of the averages after the slices)."""
     curves = [(np.array([t for t, _ in a]),
                np.cumsum([0.0] + [b for _, b in a[1:]])) for a in links]
     edges = sorted({t[0] for t, _ in curves} | {t[-1] for t, _ in curves})

@@ -82,20 +82,27 @@ def test_short_vectors_shrink_probes():
     assert assign_slices(0, [1, 1], 4) == []
 
 
+def link(*arrivals, until=None):
+    """A link's report: its arrivals, and when its last message came (by
+    default its last slice: no averages came back after)."""
+    return list(arrivals), arrivals[-1][0] if until is None else until
+
+
 def test_link_rates_are_bytes_over_the_span():
     """s_ij: slice bytes (not the forecast's) from the forecast's arrival
     to the last slice's; a link with no span is left out."""
-    reports = {(0, 1): [(1.0, 0), (1.5, 1e6), (2.0, 1e6)],
-               (2, 1): [(1.0, 0), (1.25, 5e5)],
-               (3, 1): [(1.0, 0)]}
+    reports = {(0, 1): link((1.0, 0), (1.5, 1e6), (2.0, 1e6), until=3.0),
+               (2, 1): link((1.0, 0), (1.25, 5e5)),
+               (3, 1): link((1.0, 0))}
     assert link_rates(reports) == {(0, 1): 2e6, (2, 1): 2e6}
 
 
 # Node 0's outgoing NIC carries 2 MB/s; both its links start at t = 0.  The
 # link to 2 carries 1 MB and ends at t = 1 (1 MB/s, half the NIC); the link
 # to 1 then has the whole NIC: 1 MB in [0, 1], 2 MB in [1, 2].
-SPLIT = {(0, 1): [(0.0, 0), (0.5, 5e5), (1.0, 5e5), (1.5, 1e6), (2.0, 1e6)],
-         (0, 2): [(0.0, 0), (0.5, 5e5), (1.0, 5e5)]}
+SPLIT = {(0, 1): link((0.0, 0), (0.5, 5e5), (1.0, 5e5), (1.5, 1e6),
+                      (2.0, 1e6)),
+         (0, 2): link((0.0, 0), (0.5, 5e5), (1.0, 5e5))}
 
 
 def test_summing_link_rates_overcounts_a_nic_whose_links_end_apart():
@@ -121,9 +128,9 @@ def test_links_kept_apart_by_a_late_start():
     [0.2, 0.3] only.  The sum of s_ij counts each link's time alone as if
     all were at once (2.33 MB/s); the stretch with the most links on the
     wire gives the NIC's rate."""
-    reports = {(0, 3): [(0.0, 0), (0.1, 1e5)],
-               (1, 3): [(0.15, 0), (0.2, 5e4), (0.3, 5e4)],
-               (2, 3): [(0.2, 0), (0.3, 5e4), (0.35, 5e4)]}
+    reports = {(0, 3): link((0.0, 0), (0.1, 1e5)),
+               (1, 3): link((0.15, 0), (0.2, 5e4), (0.3, 5e4)),
+               (2, 3): link((0.2, 0), (0.3, 5e4), (0.35, 5e4))}
     assert sum(link_rates(reports).values()) == pytest.approx(7e6 / 3)
     _, inn = nic_rates(reports)
     assert inn[3] == pytest.approx(1e6)
@@ -134,8 +141,8 @@ def test_a_straggling_link_does_not_dilute_the_nic():
     link to 0.2 MB/s: max-min fair, the link to 1 gets 1.8 MB/s.  Bytes
     over the union of the spans (2.4 MB in 3 s) would undercount; the
     stretch both were on the wire gives 2 MB/s."""
-    reports = {(0, 1): [(0.0, 0), (1.0, 1.8e6)],
-               (0, 2): [(0.0, 0), (1.0, 2e5), (2.0, 2e5), (3.0, 2e5)]}
+    reports = {(0, 1): link((0.0, 0), (1.0, 1.8e6)),
+               (0, 2): link((0.0, 0), (1.0, 2e5), (2.0, 2e5), (3.0, 2e5))}
     out, _ = nic_rates(reports)
     assert out[0] == pytest.approx(2e6)
 
@@ -146,12 +153,26 @@ def test_a_slice_across_the_stretch_edge_is_split_by_nic_share():
     each), the first ends at 1.5 and the second runs alone to 2.  Each
     carries one 2 MB slice, so the stretch they shared, [0.5, 1.5], cuts
     both.  Split by time, 4/3 MB of each would fall inside (2.67 MB/s);
-    split by the NIC's share per link (1 alone, 1/2 together), 1 MB each:
+    split by the NIC's share per flow (1 alone, 1/2 together), 1 MB each:
     2 MB/s."""
-    reports = {(0, 2): [(0.0, 0), (1.5, 2e6)],
-               (1, 2): [(0.5, 0), (2.0, 2e6)]}
+    reports = {(0, 2): link((0.0, 0), (1.5, 2e6)),
+               (1, 2): link((0.5, 0), (2.0, 2e6))}
     _, inn = nic_rates(reports)
     assert inn[2] == pytest.approx(2e6)
+
+
+def test_averages_after_the_slices_still_share_the_nic():
+    """Node 2's incoming NIC (2 MB/s): the links from 0 and 1 start
+    together at 1 MB/s each; 0's slices end at t = 1, but its averages then
+    come on the same link until t = 2, so the one 2 MB slice from 1 keeps
+    half the NIC: 1 MB before t = 1, 1 MB after.  Counting the link from 0
+    as gone at t = 1 would put only 2/3 MB of that slice before it."""
+    reports = {(0, 2): link((0.0, 0), (1.0, 1e6), until=2.0),
+               (1, 2): link((0.0, 0), (2.0, 2e6))}
+    _, inn = nic_rates(reports)
+    assert inn[2] == pytest.approx(2e6)
+    reports[(0, 2)] = link((0.0, 0), (1.0, 1e6))
+    assert nic_rates(reports)[1][2] == pytest.approx(5e6 / 3)
 
 
 def test_node_throughput_is_the_slower_nic():

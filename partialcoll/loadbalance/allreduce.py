@@ -28,7 +28,8 @@ carries a start time a little ahead (``lead``, 5 ms): every rank posts its
 receives at once and its sends wait for that time (a START_AT op).  Links
 that span under 1 ms are not reported.  Servers report every link's
 arrivals (forecast, then each slice with its bytes) to the scheduler (rank
-0) after every call; it estimates every NIC's rate over the stretch in
+0) after every call, with when each link's later traffic (the averages
+coming back) ended; it estimates every NIC's rate over the stretch in
 which its links were on the wire together (:func:`.plan.nic_rates`), takes
 per NIC the median of the last ``window`` calls, and S_i = min(out_i, in_i)
 (:func:`.plan.node_throughput`); then it plans the next call's shares with
@@ -220,19 +221,24 @@ class LoadBalancedAllreduce:
                           after=reds + [join])
             for j in peers:
                 s.send(X[a:a + c], j, tag=t_pull + k, after=[avg])
+        pulls_in = {j: [] for j in peers}
         for k, (a, c, o, _) in enumerate(slices):    # worker: PULL
             if o != r:
-                s.recv(X[a:a + c], o, tag=t_pull + k, after=[pushed[k]])
+                pulls_in[o].append(s.recv(X[a:a + c], o, tag=t_pull + k,
+                                          after=[pushed[k]]))
         s.commit()
         return s, {"x": X, "go": go, "forecast": fcast,
-                   "slices_in": slices_in,
+                   "slices_in": slices_in, "pulls_in": pulls_in,
                    "slice_bytes": [c * self.dtype.itemsize
                                    for _, _, c in own]}
 
     # -- measuring and planning -----------------------------------------
     def _measure(self, s, meta):
-        """This server's link reports {(i, me): [(t_arrive, bytes), ...]}:
-        the forecast's arrival (0 bytes), then every slice's.
+        """This server's link reports {(i, me): (arrivals, until)}: the
+        forecast's and every slice's arrival, [(t_arrive, bytes), ...] (the
+        forecast's bytes 0), and when the link's last message of the call
+        arrived (the averages that server i sends back follow the slices on
+        the same FIFO link and share the NICs, unmeasured).
 
         Times are the receives' arrival times (``t_arrive``), not when this
         rank noticed them (``t_done``): on a busy host the progress thread
@@ -246,9 +252,11 @@ class LoadBalancedAllreduce:
             if not ops or not t[f] > 0 or \
                     max(t[op] for op in ops) - t[f] <= 1e-3:
                 continue
-            out[(j, self.rank)] = [(float(t[f]), 0)] + \
+            arrivals = [(float(t[f]), 0)] + \
                 [(float(t[op]), nbytes)
                  for op, nbytes in zip(ops, meta["slice_bytes"])]
+            until = max([t[op] for op in ops + meta["pulls_in"][j]])
+            out[(j, self.rank)] = (arrivals, float(until))
         return out
 
     def _replan(self, reports):

@@ -43,7 +43,7 @@ its links *while they were on the wire together*: for node i's outgoing
 NIC, the links i -> j over the stretch from the latest forecast arrival to
 the earliest last-slice arrival, each link's bytes inside it from its
 slices' arrival stamps, a slice that straddles an edge split by the NIC's
-share per link over its time on the wire (in_j likewise, over the links
+share per flow over its time on the wire (in_j likewise, over the links
 i -> j).
 Inside that stretch the NIC carries a fixed set of flows, and only pushes
 (a server's averages for worker j queue behind the pushes on the FIFO link
@@ -59,8 +59,8 @@ Two simpler estimators are biased:
   on, so its average is more than its share (links to a server with a small
   share end early; and a link that starts before the others has the NIC to
   itself until they start).  On two 8-rank draws of the benchmark's rates,
-  with exact arrival times, 9 % and 66 % of its S_i were within 10 %, of
-  this estimator's 100 % and 98 % (bench/RESULTS.md);
+  with exact arrival times, 14 % and 73 % of its S_i were within 10 %, of
+  this estimator's 100 % and 89 % (bench/RESULTS.md);
 * the bytes over the union of the intervals undercount: a link that a slow
   receiver holds stretches the union while the NIC is idle.
 
@@ -148,12 +148,15 @@ def link_rates(reports):
     """The paper's per-link rates (3.2): s_ij = bytes / (t_end - t_start),
     from the forecast's arrival to the last slice's.
 
-    reports: {(i, j): [(t_arrive, bytes), ...]}, the arrivals on link
-    i -> j in order: the forecast first (its bytes are not counted), then
-    every slice.  Returns {(i, j): s_ij} for the links with a positive span.
-    Readable by users; the planner estimates NICs with :func:`nic_rates`."""
+    reports: {(i, j): (arrivals, until)} for link i -> j: ``arrivals`` in
+    order, [(t_arrive, bytes), ...], the forecast first (its bytes are not
+    counted), then every slice; ``until``, when the link's last message of
+    the call arrived (the averages coming back, after the slices: they
+    share the NICs but are not measured).  Returns {(i, j): s_ij} for the
+    links with a positive span.  Readable by users; the planner estimates
+    NICs with :func:`nic_rates`."""
     out = {}
-    for ij, arr in reports.items():
+    for ij, (arr, _) in reports.items():
         span = arr[-1][0] - arr[0][0]
         if len(arr) > 1 and span > 0:
             out[ij] = sum(b for _, b in arr[1:]) / span
@@ -163,33 +166,37 @@ def link_rates(reports):
 def _together_rate(links):
     """The summed rate of one NIC's links over the longest stretch of time
     in which the most of them were on the wire together (all of them,
-    unless a late start kept them apart): their bytes inside it over its
-    length.  NaN when no stretch has a positive length.
+    unless a late start kept them apart): their slices' bytes inside it
+    over its length.  ``links``: [(arrivals, until)] as reported.  NaN when
+    no stretch has a positive length.
 
     A slice that straddles an edge of the stretch is split in proportion to
-    the NIC's share per link over its time on the wire, 1/n(t) with n(t)
-    links on the wire: when the NIC is their bottleneck they share it
-    equally (max-min), so a link's rate falls as others join.  Splitting in
-    proportion to time instead counted too much inside a short stretch
-    whose links had started alone and fast (up to +50 % in one call)."""
-    curves = []
-    for arr in links:
+    the NIC's share per flow over its time on the wire, 1/n(t) with n(t)
+    flows on the NIC (a link is one from its forecast until its last
+    message, the averages included): when the NIC is their bottleneck they
+    share it equally (max-min), so a link's rate falls as others join.
+    Split in proportion to time instead, a short stretch whose links had
+    started alone and fast counted too much (up to +50 % in one call)."""
+    curves, ends = [], []
+    for arr, until in links:
         arr = sorted(arr)
         t = np.array([a for a, _ in arr], float)
         c = np.cumsum([0.0] + [float(b) for _, b in arr[1:]])
         curves.append((t, c))
-    edges = np.array(sorted({float(t[0]) for t, _ in curves} |
-                            {float(t[-1]) for t, _ in curves}))
-    on = [sum(1 for t, _ in curves if t[0] <= a and t[-1] >= b)
-          for a, b in zip(edges, edges[1:])]
+        ends.append(max(float(until), t[-1]))
+    spans = [(t[0], t[-1]) for t, _ in curves]
+    edges = np.array(sorted({x for sp in spans for x in sp} | set(ends)))
+    pairs = list(zip(edges, edges[1:]))
+    on = [sum(1 for lo, hi in spans if lo <= a and hi >= b) for a, b in pairs]
     if not any(on):
         return math.nan
-    k = max(range(len(on)), key=lambda i: (on[i], edges[i + 1] - edges[i]))
-    a, b = edges[k], edges[k + 1]
-    # share time: the integral of 1/n(t), at the edges, linear between
+    k = max(range(len(on)), key=lambda i: (on[i], pairs[i][1] - pairs[i][0]))
+    a, b = pairs[k]
+    # share time: the integral of 1/n(t) over the flows on the NIC
+    flows = [sum(1 for (lo, _), e in zip(spans, ends) if lo <= x and e >= y)
+             for x, y in pairs]
     share = np.concatenate([[0.0], np.cumsum(
-        [(hi - lo) / n if n else 0.0
-         for lo, hi, n in zip(edges, edges[1:], on)])])
+        [(y - x) / n if n else 0.0 for (x, y), n in zip(pairs, flows)])])
     ws = [np.interp(x, edges, share) for x in (a, b)]
     inside = 0.0
     for t, c in curves:
@@ -206,14 +213,14 @@ def nic_rates(reports, N=None):
     which the most of them were on the wire together (the module docstring
     says why).  NaN where a NIC has no measured link.  ``N``: nodes
     (default: the highest one reported + 1)."""
-    links = {ij: arr for ij, arr in reports.items() if len(arr) > 1}
+    links = {ij: rep for ij, rep in reports.items() if len(rep[0]) > 1}
     if N is None:
         N = max((max(ij) for ij in links), default=-1) + 1
     out, inn = [math.nan] * N, [math.nan] * N
     for n in range(N):
-        mine = [arr for (i, _), arr in links.items() if i == n]
+        mine = [rep for (i, _), rep in links.items() if i == n]
         out[n] = _together_rate(mine) if mine else math.nan
-        mine = [arr for (_, j), arr in links.items() if j == n]
+        mine = [rep for (_, j), rep in links.items() if j == n]
         inn[n] = _together_rate(mine) if mine else math.nan
     return out, inn
 
