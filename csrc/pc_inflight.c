@@ -184,8 +184,10 @@ void pc_sched_on_done(pc_sched *s, int64_t cookie, const pc_done *d)
                     d->mpi_error);
         return;
     }
-    if (!d->send)
+    if (!d->send) {
         op->req = -1;
+        op->t_arrive = d->t_arrive;
+    }
     s->inflight--;
     if (d->send || d->outcome == PC_MSG_DELIVERED) {
         if (pc_tl_on && !d->send)

@@ -7,24 +7,38 @@
  *     never sees data early and a lost message's data never moves at all.
  *  2. The order of a channel is kept: messages of one (src, dst) pair leave
  *     the emulated wire in order and are handed to MPI in order.
- *  3. A lost message is replaced by a zero-byte marker on the same
- *     communicator, peer and tag, so it keeps its place in MPI's matching
- *     order; the receiver maps it to DROPPED ("told") or SWALLOWED
- *     ("silent": the receive runs into its deadline).  Zero-byte payloads
- *     travel as one byte, so a marker is never mistaken for data.
- *  4. No thread of its own: the engine polls it, and asks next_poll() how
+ *  3. Every message carries an 8-byte header in front of its data: the
+ *     model's arrival time (its last byte off the wire, plus the latency).
+ *     The receiver reports it as the receive's t_arrive, as a NIC's hardware
+ *     receive timestamp would, however late its own progress thread (or the
+ *     sender's, which hands the message over) ran on an oversubscribed host.
+ *     Header and data travel as one MPI message.  The sender copies them
+ *     into one contiguous buffer (an MPI send from a struct datatype over
+ *     two addresses, with no copy, took 100 to 1000 times longer for 4 MB
+ *     on an oversubscribed host: MPICH packs it through small cells, each
+ *     needing both processes to run); the receiver receives into a struct
+ *     datatype over its header and the caller's buffer, which is about as
+ *     fast as a contiguous receive.  The sender keeps its copies' requests
+ *     itself (not in the MPI transport's table), so a transport holding
+ *     them reports them as outstanding and is not replaced before they
+ *     complete.  Device buffers (the CUDA-aware path) are refused: the
+ *     copy and the header are host memory.
+ *  4. A lost message is replaced by a header alone, its time negated, on the
+ *     same communicator, peer and tag, so it keeps its place in MPI's
+ *     matching order; the receiver maps it to DROPPED ("told") or SWALLOWED
+ *     ("silent": the receive runs into its deadline).  A zero-byte payload
+ *     is a header alone with a positive time.
+ *  5. No thread of its own: the engine polls it, and asks next_poll() how
  *     long it may sleep (the next delivery, the next predicted end of one
  *     of its own transfers, or `tick` while its transfers share the wire
  *     with others whose ends may speed them up).
- *  5. A send completes when the emulated wire has delivered it, as on a
+ *  6. A send completes when the emulated wire has delivered it, as on a
  *     real network whose NIC buffers what no receive is posted for yet:
- *     not when MPI's send completes, which for a large message waits for
- *     the receiver to post its receive (rendezvous).  So at delivery the
- *     data are copied, MPI sends the copy (freed when MPI's send
- *     completes) and the send is reported complete.  Waiting for the
+ *     not when MPI is done with the copy, which for a large message waits
+ *     until the receiver posts its receive (rendezvous).  Waiting for the
  *     receiver deadlocked the per-destination send cap: a send in flight
- *     to B whose receive B posts only after another message, queued behind
- *     a send in flight elsewhere, held the slot forever.
+ *     to B, whose receive B posts only after a message queued behind it,
+ *     held the slot forever.  (Transports say which they do: sends_wait.)
  */
 #include "pc_netem.h"
 #include "pc_sched.h"
@@ -41,19 +55,21 @@
 #include <unistd.h>
 
 #define NETEM_MAGIC 0x70636e6574656d31ULL      /* "pcnetem1" */
-enum { COOKIE_NETEM_RECV = -4, COOKIE_NETEM_SEND = -5 };
+enum { COOKIE_NETEM_RECV = -4 };
 
 typedef struct nsend {
     pc_msg m;
     uint64_t id;
     int lost;
     double t_start, t_end, t_deliver;
+    unsigned char *copy;               /* header + data, once handed over */
     struct nsend *next;
 } nsend;
 
 typedef struct nrecv {
     void *owner;
     int64_t cookie, expect, handle;
+    double hdr;                        /* the sender's header lands here */
     struct nrecv *prev, *next;         /* every live receive (for cancel) */
 } nrecv;
 
@@ -67,18 +83,56 @@ typedef struct {
     struct { nsend *head, *tail; int in_shm; } *out;   /* by dst, level */
     uint64_t next_id, *counter;     /* [dst * NCLASS + class] */
     int queued;                     /* sends not yet handed to MPI */
-    int handed;                     /* delivered, MPI's send of the copy
-                                     * not complete yet */
+    /* sends handed to MPI, their copies in flight (their own requests) */
+    MPI_Request *sreq;
+    nsend **sent;
+    int *sidx;
+    MPI_Status *sst;
+    int nsent, capsent;
     nsend **heap;                   /* waiting for their delivery time */
     int nheap, capheap;
     nrecv *recs;                    /* live receives */
     pc_done *done;
-    int capdone, ndone;
+    int capdone;
     double next_finish;
-    unsigned char scratch[8];
 } netem;
 
 static netem *current;       /* the network in use (for the queries) */
+static int err_device = MPI_ERR_BUFFER;   /* refusing device buffers */
+
+/* A receive of w's buffer behind the 8-byte header *hdr, as one message:
+ * a struct datatype of bytes over both addresses (w->buf becomes
+ * MPI_BOTTOM), or the header alone when there is no buffer.  *made
+ * (MPI_DATATYPE_NULL if none) is the caller's to free once the receive is
+ * posted: MPI keeps it while the receive needs it. */
+static int behind_header(pc_msg *w, double *hdr, MPI_Datatype *made)
+{
+    *made = MPI_DATATYPE_NULL;
+    if (w->bytes == 0) {
+        w->buf = hdr;
+        w->count = (int)sizeof *hdr;
+        w->dt = MPI_BYTE;
+        return MPI_SUCCESS;
+    }
+    int len[2] = {(int)sizeof *hdr, (int)w->bytes};
+    MPI_Aint at[2];
+    MPI_Datatype types[2] = {MPI_BYTE, MPI_BYTE};
+    int rc = MPI_Get_address(hdr, &at[0]);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Get_address(w->buf, &at[1]);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Type_create_struct(2, len, at, types, made);
+    if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(made)) != MPI_SUCCESS)
+        MPI_Type_free(made);
+    if (rc != MPI_SUCCESS) {
+        *made = MPI_DATATYPE_NULL;
+        return rc;
+    }
+    w->buf = MPI_BOTTOM;
+    w->count = 1;
+    w->dt = *made;
+    return MPI_SUCCESS;
+}
 
 /* ---- the shared segment */
 static void shm_lock(netem *N)
@@ -278,21 +332,23 @@ static int sync_model(netem *N, double now)
 static int netem_start(pc_transport *tp, const pc_msg *m, int64_t *handle)
 {
     netem *N = (netem *)tp;
+    if (m->space != PC_HOST)
+        return err_device;
     if (!m->send) {
         /* receives go to MPI now; their completions are mapped in poll() */
         nrecv *r = malloc(sizeof(*r));
         if (!r)
             return MPI_ERR_NO_MEM;
-        *r = (nrecv){m->owner, m->cookie, m->bytes, -1, NULL, N->recs};
+        *r = (nrecv){m->owner, m->cookie, m->bytes, -1, 0, NULL, N->recs};
         pc_msg w = *m;
-        if (m->bytes == 0) {
-            w.buf = N->scratch;
-            w.count = 1;
-            w.dt = MPI_BYTE;
-        }
         w.owner = r;
         w.cookie = COOKIE_NETEM_RECV;
-        int rc = N->wire->start(N->wire, &w, &r->handle);
+        MPI_Datatype made;
+        int rc = behind_header(&w, &r->hdr, &made);
+        if (rc == MPI_SUCCESS)
+            rc = N->wire->start(N->wire, &w, &r->handle);
+        if (made != MPI_DATATYPE_NULL)
+            MPI_Type_free(&made);
         if (rc != MPI_SUCCESS) {
             free(r);
             return rc;
@@ -310,7 +366,7 @@ static int netem_start(pc_transport *tp, const pc_msg *m, int64_t *handle)
     if (!x)
         return MPI_ERR_NO_MEM;
     int cls = m->tclass;
-    *x = (nsend){*m, N->next_id++, 0, 0, 0, 0, NULL};
+    *x = (nsend){*m, N->next_id++, 0, 0, 0, 0, NULL, NULL};
     if (cls >= 0 && cls < NETEM_NCLASS)
         x->lost = netem_lost(&N->cfg, N->me, m->wpeer, cls,
                              N->counter[m->wpeer * NETEM_NCLASS + cls]++);
@@ -341,53 +397,52 @@ static int add_done(netem *N, int n, const pc_done *d)
     return n + 1;
 }
 
-/* The bytes of a message of contiguous elements (its extent); -1 for a
- * datatype with holes, whose data are not copied. */
-static int64_t contiguous_bytes(const pc_msg *m)
+/* Start x's copy (header, then data unless it was lost) on the wire, its
+ * request kept with ours. */
+static int send_copy(netem *N, nsend *x)
 {
-    MPI_Aint lb = 0, extent = 0;
-    int size = 0;
-    MPI_Type_get_extent(m->dt, &lb, &extent);
-    MPI_Type_size(m->dt, &size);
-    return lb == 0 && extent == size ? (int64_t)m->count * size : -1;
-}
-
-/* Hand one delivered message to MPI: a copy of its data (or the marker),
- * reported complete at once (design constraint 5).  Returns the MPI error
- * of starting the send. */
-static int hand_over(netem *N, nsend *x, pc_msg *w)
-{
-    int64_t nb = w->buf == N->scratch ? 0 : contiguous_bytes(w);
-    if (nb < 0)
-        return N->wire->start(N->wire, w, NULL);   /* completes in MPI */
-    void *copy = nb ? malloc((size_t)nb) : NULL;
-    if (nb && !copy)
+    if (N->nsent == N->capsent) {
+        int cap = N->capsent ? 2 * N->capsent : 64;
+        MPI_Request *r = pc_realloc(N->sreq, cap * sizeof(*r));
+        if (r)
+            N->sreq = r;
+        nsend **p = pc_realloc(N->sent, cap * sizeof(*p));
+        if (p)
+            N->sent = p;
+        int *k = pc_realloc(N->sidx, cap * sizeof(*k));
+        if (k)
+            N->sidx = k;
+        MPI_Status *st = pc_realloc(N->sst, cap * sizeof(*st));
+        if (st)
+            N->sst = st;
+        if (!r || !p || !k || !st)
+            return MPI_ERR_NO_MEM;
+        N->capsent = cap;
+    }
+    double t = x->lost ? -x->t_deliver : x->t_deliver;
+    int64_t data = x->lost ? 0 : x->m.bytes;
+    x->copy = malloc(sizeof t + (size_t)data);
+    if (!x->copy)
         return MPI_ERR_NO_MEM;
-    if (nb)
-        memcpy(copy, w->buf, (size_t)nb);
-    pc_msg c = *w;
-    c.buf = nb ? copy : w->buf;
-    c.owner = copy;
-    c.cookie = COOKIE_NETEM_SEND;
-    int rc = N->wire->start(N->wire, &c, NULL);
+    memcpy(x->copy, &t, sizeof t);
+    if (data)
+        memcpy(x->copy + sizeof t, x->m.buf, (size_t)data);
+    int rc = MPI_Isend(x->copy, (int)(sizeof t + data), MPI_BYTE, x->m.peer,
+                       x->m.tag, x->m.comm, &N->sreq[N->nsent]);
     if (rc != MPI_SUCCESS) {
-        free(copy);
+        free(x->copy);
+        x->copy = NULL;
         return rc;
     }
-    N->handed++;
-    pc_done d = {x->m.owner, x->m.cookie, 1, PC_MSG_DELIVERED, 0, -1,
-                 MPI_SUCCESS};
-    N->ndone = add_done(N, N->ndone, &d);
+    N->sent[N->nsent++] = x;
     return MPI_SUCCESS;
 }
 
 /* Hand due messages to MPI; a failure becomes the send's completion. */
 static int deliver(netem *N, double now, int n)
 {
-    N->ndone = n;
     while (N->nheap > 0 && N->heap[0]->t_deliver <= now) {
         nsend *x = heap_pop(N);
-        pc_msg w = x->m;
         if (pc_tl_on && x->m.tclass >= 0) {
             pc_tl_msg(PC_EV_WIRE_START, x->t_start, x->m.trace_sched,
                       x->m.trace_op, x->m.trace_round, x->m.wpeer, x->m.tag,
@@ -396,33 +451,62 @@ static int deliver(netem *N, double now, int n)
                       x->m.trace_op, x->m.trace_round, x->m.wpeer, x->m.tag,
                       x->m.bytes, x->m.prio, x->lost ? PC_OC_DROPPED : 0);
         }
-        if (x->lost || x->m.bytes == 0) {   /* marker, or a 1-byte stand-in */
-            w.buf = N->scratch;
-            w.count = x->lost ? 0 : 1;
-            w.dt = MPI_BYTE;
-        }
-        int rc = hand_over(N, x, &w);
-        if (rc != MPI_SUCCESS) {
-            pc_done d = {x->m.owner, x->m.cookie, 1, PC_MSG_DELIVERED, 0, -1,
-                         rc};
-            N->ndone = add_done(N, N->ndone, &d);
-        }
         N->queued--;
-        free(x);
+        int rc = send_copy(N, x);
+        /* delivered: the send is complete (design constraint 6), whenever
+         * MPI is done with the copy */
+        pc_done d = {x->m.owner, x->m.cookie, 1, PC_MSG_DELIVERED, 0, -1,
+                     rc, 0};
+        n = add_done(N, n, &d);
+        if (rc != MPI_SUCCESS)
+            free(x);
     }
-    return N->ndone;
+    return n;
 }
 
-/* MPI's send of a delivered copy completed: free the copy.  The send was
- * reported complete at delivery; an MPI error now can only be told. */
-static void copy_sent(netem *N, const pc_done *d)
+/* Sends whose copies MPI has finished with: free them (their sends were
+ * reported complete at delivery; an MPI error now can only be told). */
+static void copy_failed(int err)
 {
-    free(d->owner);
-    N->handed--;
-    if (d->mpi_error != MPI_SUCCESS)
-        fprintf(stderr, "partialcoll: the emulated network's hand-over of a "
-                "delivered message to MPI failed (MPI error %d); its "
-                "receiver will not get it\n", d->mpi_error);
+    fprintf(stderr, "partialcoll: the emulated network's hand-over of a "
+            "delivered message to MPI failed (MPI error %d); its receiver "
+            "will not get it\n", err);
+}
+
+static int sends_done(netem *N, int n, int *rc)
+{
+    int out = 0;
+    if (N->nsent == 0)
+        return n;
+    int r = MPI_Testsome(N->nsent, N->sreq, &out, N->sidx, N->sst);
+    if (r != MPI_SUCCESS && r != MPI_ERR_IN_STATUS) {
+        /* the call itself failed; the copies stay, MPI may still read
+         * them */
+        copy_failed(r);
+        for (int k = 0; k < N->nsent; k++)
+            free(N->sent[k]);
+        N->nsent = 0;
+        *rc = r;
+        return n;
+    }
+    if (out == MPI_UNDEFINED || out == 0)
+        return n;
+    for (int k = 0; k < out; k++) {
+        nsend *x = N->sent[N->sidx[k]];
+        if (r == MPI_ERR_IN_STATUS && N->sst[k].MPI_ERROR != MPI_SUCCESS)
+            copy_failed(N->sst[k].MPI_ERROR);
+        free(x->copy);
+        free(x);
+        N->sent[N->sidx[k]] = NULL;
+    }
+    int keep = 0;                         /* compact, in order */
+    for (int k = 0; k < N->nsent; k++)
+        if (N->sent[k]) {
+            N->sent[keep] = N->sent[k];
+            N->sreq[keep++] = N->sreq[k];
+        }
+    N->nsent = keep;
+    return n;
 }
 
 static void unlink_recv(netem *N, nrecv *r)
@@ -442,9 +526,10 @@ static void map_recv(netem *N, pc_done *d)
     d->owner = r->owner;
     d->cookie = r->cookie;
     if (d->mpi_error == MPI_SUCCESS) {
-        int lost = d->bytes == 0;
-        if (!lost && r->expect == 0)
-            d->bytes = 0;                 /* the 1-byte stand-in */
+        int lost = r->hdr < 0;
+        d->t_arrive = fabs(r->hdr);
+        d->bytes = d->bytes > (int64_t)sizeof r->hdr
+                       ? d->bytes - (int64_t)sizeof r->hdr : 0;
         d->outcome = !lost ? PC_MSG_DELIVERED
                            : N->cfg.silent ? PC_MSG_SWALLOWED
                                            : PC_MSG_DROPPED;
@@ -460,21 +545,19 @@ static int netem_poll(pc_transport *tp, pc_done **out, int *n)
     if (N->queued > N->nheap)             /* some are on (or wait for) the wire */
         sync_model(N, now);
     k = deliver(N, now, k);
+    int rc_sent = MPI_SUCCESS;
+    k = sends_done(N, k, &rc_sent);
     pc_done *d;
     int m = 0;
     int rc = N->wire->poll(N->wire, &d, &m);
     for (int j = 0; j < m; j++) {
-        if (d[j].cookie == COOKIE_NETEM_SEND) {
-            copy_sent(N, &d[j]);
-            continue;
-        }
         if (d[j].cookie == COOKIE_NETEM_RECV)
             map_recv(N, &d[j]);
         k = add_done(N, k, &d[j]);
     }
     *out = N->done;
     *n = k;
-    return rc;
+    return rc != MPI_SUCCESS ? rc : rc_sent;
 }
 
 static int netem_cancel_recv(pc_transport *tp, int64_t handle, pc_done *d)
@@ -512,10 +595,7 @@ static double netem_next_poll(pc_transport *tp)
 static int netem_outstanding(pc_transport *tp)
 {
     netem *N = (netem *)tp;
-    /* handed-over copies are counted twice (in MPI's too): the engine only
-     * asks whether anything is left, and the network may not be switched
-     * while MPI still sends them (their completions are routed here) */
-    return N->wire->outstanding(N->wire) + N->queued + N->handed;
+    return N->wire->outstanding(N->wire) + N->queued + N->nsent;
 }
 
 static void netem_shutdown(pc_transport *tp)
@@ -531,6 +611,14 @@ static void netem_shutdown(pc_transport *tp)
         }
     for (int k = 0; k < N->nheap; k++)
         free(N->heap[k]);
+    /* a send MPI still has (the engine's drain ran out of time) keeps its
+     * copy: MPI may yet read it; the records go */
+    for (int k = 0; k < N->nsent; k++)
+        free(N->sent[k]);
+    free(N->sreq);
+    free(N->sent);
+    free(N->sidx);
+    free(N->sst);
     for (nrecv *r = N->recs, *nx; r; r = nx) {
         nx = r->next;
         free(r);
@@ -551,6 +639,23 @@ int pc_netem_query(int rank, int nic, double t, double *rate, double *t0)
     *t0 = N->S->t0;
     *rate = netem_rate(&N->cfg, N->S->t0, rank, nic, t);
     return 0;
+}
+
+/* An MPI error code of our own, so that a refused device buffer says why
+ * (MPI_ERR_BUFFER if MPI has no room for it). */
+static void name_device_error(void)
+{
+    static int named;
+    int cls;
+    if (named)
+        return;
+    named = 1;
+    if (MPI_Add_error_class(&cls) == MPI_SUCCESS &&
+        MPI_Add_error_string(cls, "the emulated network carries host "
+                             "buffers only: give device buffers the staged "
+                             "path (partialcoll.set_gpu_path(\"staged\"))")
+            == MPI_SUCCESS)
+        err_device = cls;
 }
 
 pc_transport *pc_netem_create(pc_transport *wire, const char *config,
@@ -583,6 +688,7 @@ pc_transport *pc_netem_create(pc_transport *wire, const char *config,
     }
     if (attach(N, err, errlen) != 0)
         goto fail;
+    name_device_error();
     current = N;
     return &N->base;
 fail:

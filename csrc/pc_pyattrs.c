@@ -3,8 +3,8 @@
 #include "pc_module.h"
 
 /* outcomes() -> (round, outcome bytes, delivered-input counts as int32
- * bytes, completion times as float64 bytes) of the last completed round
- * (round -1: none yet). */
+ * bytes, completion times and arrival times as float64 bytes) of the last
+ * completed round (round -1: none yet). */
 PyObject *pc_sched_outcomes(SchedObject *self, PyObject *unused)
 {
     (void)unused;
@@ -14,18 +14,21 @@ PyObject *pc_sched_outcomes(SchedObject *self, PyObject *unused)
     PyObject *oc = PyBytes_FromStringAndSize(NULL, s->nops);
     PyObject *nok = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s->nops * 4);
     PyObject *t = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s->nops * 8);
-    if (!oc || !nok || !t) {
+    PyObject *ta = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s->nops * 8);
+    if (!oc || !nok || !t || !ta) {
         Py_XDECREF(oc);
         Py_XDECREF(nok);
         Py_XDECREF(t);
+        Py_XDECREF(ta);
         return NULL;
     }
     uint64_t round;
     pc_sched_last_outcomes(s, (uint8_t *)PyBytes_AS_STRING(oc),
                            (int *)PyBytes_AS_STRING(nok),
-                           (double *)PyBytes_AS_STRING(t), &round);
+                           (double *)PyBytes_AS_STRING(t),
+                           (double *)PyBytes_AS_STRING(ta), &round);
     long long r = atomic_load(&s->done) ? (long long)round : -1;
-    return Py_BuildValue("(LNNN)", r, oc, nok, t);
+    return Py_BuildValue("(LNNNN)", r, oc, nok, t, ta);
 }
 
 static PyObject *sched_get_done(SchedObject *self, void *c)

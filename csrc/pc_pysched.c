@@ -563,7 +563,8 @@ static PyMethodDef sched_methods[] = {
     {"open_gate", (PyCFunction)sched_open_gate, METH_VARARGS,
      "open_gate(op, round)"},
     {"outcomes", (PyCFunction)pc_sched_outcomes, METH_NOARGS,
-     "outcomes() -> (round, outcome bytes, int32 delivered counts)"},
+     "outcomes() -> (round, outcome bytes, int32 delivered counts, float64 "
+     "completion and arrival times)"},
     {NULL, NULL, 0, NULL}};
 
 PyTypeObject pc_SchedType = {

@@ -391,6 +391,7 @@ static void arm(pc_sched *s)
         op->ndone = op->nok = op->nfail = 0;
         op->state = OP_IDLE;
         op->outcome = PC_OC_NONE;
+        op->t_arrive = 0;
         op->skip = 0;
         if (!(op->flags & PC_F_OPTIONAL))
             s->required_left++;
@@ -415,6 +416,16 @@ static void arm(pc_sched *s)
     }
 }
 
+/* A receive that took a message: the transport's arrival stamp, or where
+ * it has none (plain MPI, activation messages) the completion time. */
+static double arrival(const pc_op *op)
+{
+    if (op->kind != PC_RECV ||
+        (op->outcome != PC_OC_OK && op->outcome != PC_OC_DROPPED))
+        return 0.0;
+    return op->t_arrive > 0 ? op->t_arrive : op->t_done;
+}
+
 static void finish_round(pc_sched *s)
 {
     s->armed = 0;
@@ -423,6 +434,7 @@ static void finish_round(pc_sched *s)
         s->last_outcome[i] = (uint8_t)s->ops[i].outcome;
         s->last_nok[i] = s->ops[i].nok;
         s->last_t[i] = s->ops[i].outcome ? s->ops[i].t_done : 0.0;
+        s->last_arrive[i] = arrival(&s->ops[i]);
     }
     s->last_round_ok = s->round;
     pthread_mutex_unlock(&s->fire_mtx);

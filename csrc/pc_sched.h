@@ -39,7 +39,10 @@
  *       too many inputs failed for `need` to be reached it ends SKIPPED
  *       without running.  Other ops accept any outcome of their inputs.
  *   The outcomes and delivered-input counts of the last completed round are
- *   readable (pc_sched_last_outcomes).  A timed-out receive is cancelled (a
+ *   readable (pc_sched_last_outcomes), with each op's completion time and,
+ *   for a RECV that took a message (delivered or dropped), its arrival
+ *   time: the transport's stamp (the emulated network's model), else the
+ *   completion time.  A timed-out receive is cancelled (a
  *   local operation) and replaced by a discard receive, so its late message
  *   is consumed in order and never taken by the next round's receive.
  *
@@ -208,6 +211,7 @@ typedef struct pc_op {
     int64_t req;              /* transport handle in flight, -1 none */
     uint32_t tgen;            /* timer generation (stale timers are ignored) */
     double t_ready, t_done;   /* pc_now() when started / completed */
+    double t_arrive;          /* RECV: the transport's arrival time, 0 none */
     uint64_t stamp[4];        /* stamped payload {stamp id, round, tag, 0} */
     uint64_t *bank;           /* stamped recv: banked future rounds */
     int nbank, capbank;
@@ -270,6 +274,7 @@ struct pc_sched {
     uint8_t *last_outcome;          /* per op, last completed round */
     int *last_nok;
     double *last_t;                 /* completion time (pc_now), 0: none */
+    double *last_arrive;            /* RECV: arrival time, 0: none */
     uint64_t last_round_ok;         /* rounds whose outcomes are in last_* */
     /* discard receives standing in for timed-out ones */
     int64_t *disc_req, *disc_id; void **disc_buf; int ndisc, capdisc;
@@ -304,10 +309,11 @@ void pc_sched_lock(pc_sched *s);
 void pc_sched_unlock(pc_sched *s);
 int pc_sched_lock_mine(pc_sched *s);
 int pc_sched_has_locked_ops(pc_sched *s);
-/* last completed round: outcome, delivered-input count and completion
- * time of every op */
+/* last completed round: outcome, delivered-input count, completion time
+ * and (receives that took a message) arrival time of every op */
 int pc_sched_last_outcomes(pc_sched *s, uint8_t *outcome, int *nok,
-                           double *t_done, uint64_t *round);
+                           double *t_done, double *t_arrive,
+                           uint64_t *round);
 
 /* called by the engine, progress lock held */
 int pc_sched_progress(pc_sched *s);

@@ -11,7 +11,7 @@
  *   netem  (pc_netem.c) an emulated network for one host: NIC rates shared
  *          fairly between concurrent flows, per-pair latency, seeded drops.
  *          It decides when a message arrives and hands it to the mpi
- *          transport at that moment.
+ *          transport at that moment, the arrival time in a header.
  *
  * Contract, for every transport:
  *   - start() never blocks.  A receive can be cancelled (cancel_recv); a send
@@ -23,6 +23,10 @@
  *   - next_poll() is the absolute time (pc_now()) by which the transport
  *     needs poll() again even if nothing else happens (an emulated message
  *     due for delivery); HUGE_VAL when it waits only on the network.
+ *   - A receive's completion may carry an arrival time (pc_done.t_arrive):
+ *     when the message's last byte reached this rank by the transport's own
+ *     account, as a NIC's hardware receive timestamp would give it; 0 when
+ *     the transport has none (mpi: the engine's completion time stands in).
  *   - Everything is called with the engine's progress lock held: transports
  *     need no locking of their own.
  */
@@ -54,6 +58,7 @@ typedef struct {
     /* for the timeline only (pc_tl_msg); opaque to transports */
     uint64_t trace_sched, trace_round;
     int trace_op, prio;
+    int space;              /* PC_HOST or PC_DEVICE: where buf lives */
 } pc_msg;
 
 typedef struct {
@@ -64,6 +69,7 @@ typedef struct {
     int64_t bytes;          /* received bytes */
     int source;             /* sender's rank (receives) */
     int mpi_error;          /* MPI_SUCCESS, or the request's error */
+    double t_arrive;        /* receives: arrival (pc_now() clock), 0: none */
 } pc_done;
 
 typedef struct pc_transport pc_transport;

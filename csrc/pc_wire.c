@@ -207,9 +207,12 @@ static int transmit(pc_sched *s, int op, void *buf, int count,
     pc_op *o = &s->ops[op];
     int size = 0;
     MPI_Type_size(dt, &size);
+    /* a stamped op sends its stamp, from op memory */
+    int space = (o->flags & PC_F_STAMPED) ? PC_HOST
+                                          : s->slots[o->aslot].space;
     pc_msg m = {1, buf, count, dt, (int64_t)count * size, o->peer, tag,
                 o->wpeer, s->comm, tclass, s, cookie, s->serial, s->round,
-                op, o->prio};
+                op, o->prio, space};
     int rc = W.tp->start(W.tp, &m, NULL);
     if (rc != MPI_SUCCESS)
         return rc;
@@ -319,9 +322,11 @@ int pc_engine_start_recv(pc_sched *s, int op, void *buf, int count,
     int size = 0;
     MPI_Type_size(dt, &size);
     pc_op *o = &s->ops[op];
+    /* a discard receive (cookie < 0) takes its message into host memory */
+    int space = cookie < 0 ? PC_HOST : s->slots[o->aslot].space;
     pc_msg m = {0, buf, count, dt, (int64_t)count * size, o->peer, tag,
                 o->wpeer, s->comm, o->tclass, s, cookie, s->serial, s->round,
-                op, o->prio};
+                op, o->prio, space};
     int rc = W.tp->start(W.tp, &m, handle);
     if (rc == MPI_SUCCESS && cookie >= 0)
         W.nhot++;

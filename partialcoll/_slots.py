@@ -92,13 +92,21 @@ class RoundOutcomes:
     :meth:`name` spells one out), ``delivered`` (int32 per op: inputs that were
     delivered, e.g. how many blocks arrived at a NOP joining receives),
     ``t_done`` (float64 per op: when a send, receive, timed op, gate or
-    fence completed, on the executor's clock :func:`partialcoll.now`, e.g.
-    a message's arrival time for measuring a link; 0 for local ops and ops
-    that did not run)."""
+    fence completed, on the executor's clock :func:`partialcoll.now`; 0 for
+    local ops and ops that did not run) and ``t_arrive`` (float64 per op:
+    for a receive that took a message, delivered or dropped, when the
+    message arrived by the transport's account, on the same clock; 0 for
+    other ops).  On the emulated network ``t_arrive`` is the model's
+    arrival time (last byte off the wire, plus the latency), which a busy
+    host's late progress thread does not shift, the way a NIC's hardware
+    receive timestamp is not; ``t_done`` is when this rank noticed.  Over
+    plain MPI, which gives no arrival time, ``t_arrive`` equals ``t_done``.
+    Time a link with ``t_arrive``."""
 
-    def __init__(self, round, outcome, delivered, t_done=None):
+    def __init__(self, round, outcome, delivered, t_done=None,
+                 t_arrive=None):
         self.round, self.outcome, self.delivered = round, outcome, delivered
-        self.t_done = t_done
+        self.t_done, self.t_arrive = t_done, t_arrive
 
     def name(self, op):
         """'ok', 'dropped', 'timedout', 'skipped' or 'none' for op."""

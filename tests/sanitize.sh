@@ -45,7 +45,8 @@ cp partialcoll/*.py "$OUT/lib/partialcoll/"
 # timing tests skip: a sanitizer slows everything down several times
 export PYTHONPATH="$OUT/lib" LD_PRELOAD="$RT" PARTIALCOLL_SANITIZED=1
 TESTS="test_core_lifecycle.py test_ops_timed.py test_schedule_unit.py
-       test_executor_mpi.py test_network.py test_partial.py test_allreduce.py"
+       test_executor_mpi.py test_network.py test_arrival.py test_partial.py
+       test_allreduce.py"
 cd tests
 python -c "import partialcoll._core as c; print('using', c.__file__)"
 status=0

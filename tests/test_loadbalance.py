@@ -32,8 +32,14 @@ def test_average_is_exact(n, slice_elems, probes):
 def test_aware_plan_moves_load_off_a_slow_node():
     """Rank 0's NICs are 10x slower: after a few calls the aware scheme
     gives it no share (its own traffic is already its floor), and every
-    call stays exact.  Transfers of tens of ms, so that they can be timed
-    on a shared machine."""
+    call stays exact.  Rank 0's NICs are the bottleneck of every flow
+    through them, so the scheduler measures them (from the messages'
+    arrival times, which a loaded host running ranks late does not move):
+    within 15 %.  Mostly they are exact; at P = 8 on a busy host a sender
+    that starts late leaves a short stretch in which all the links are on
+    the wire, and single calls were off by up to about 15 %.  A NIC that
+    is not saturated is measured by what it carried: never above its
+    rate."""
     if P < 3:
         pytest.skip("load does not depend on shares below 3 ranks")
     pc.network.enable({"default": {"out_rate": "20 MB/s",
@@ -50,8 +56,18 @@ def test_aware_plan_moves_load_off_a_slow_node():
                 lb(y)
                 assert np.allclose(y, (P - 1) / 2)
             S = lb.rates["S"]
+            for nic in ("out", "in"):
+                got = lb.rates[nic]
+                assert got[0] == pytest.approx(2e6, rel=0.15), (nic, got)
+                assert max(got[1:]) <= 1.10 * 20e6, (nic, got)
             assert S[0] < 0.5 * min(S[1:]), S
-            assert lb.shares[0] < 0.05 * n < min(lb.shares[1:])
+            # rank 0 is left with (almost) nothing.  A fast rank may be
+            # given little too: while its share is small its incoming NIC
+            # gets probes only, from senders busy with larger flows, so it
+            # is not saturated and is measured low (plan.py: what no
+            # passive measurement gives); the others carry the rest.
+            assert lb.shares[0] < 0.05 * n
+            assert sum(lb.shares[1:]) > 0.95 * n
             assert sum(lb.shares) == pytest.approx(n)
             assert all(c > 0 for _, c, o, probe in lb.plan["slices"]
                        if o == 0 and probe)        # still probed

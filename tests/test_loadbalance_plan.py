@@ -1,6 +1,6 @@
 """The load-distribution planner (no MPI): Algorithm 1 against the exact
 optimum, shares never negative, N = 2, slice assignment (Algorithm 2), and
-NIC throughput from link measurements."""
+NIC rates from link measurements (arrival stamps per link)."""
 import math
 
 import numpy as np
@@ -8,8 +8,8 @@ import pytest
 
 from partialcoll.loadbalance.plan import (assign_slices, distribute,
                                           equal_shares, link_rates,
-                                          node_throughput, node_times,
-                                          optimal_shares)
+                                          nic_rates, node_throughput,
+                                          node_times, optimal_shares)
 
 
 def test_equal_throughputs_keep_equal_shares():
@@ -82,15 +82,101 @@ def test_short_vectors_shrink_probes():
     assert assign_slices(0, [1, 1], 4) == []
 
 
-def test_nic_rates_from_link_rates():
-    """Node 0 sends 2 MB to 1 in 1 s and 1 MB to 2 in 0.5 s: links of 2
-    MB/s each, its NIC 4 MB/s; it receives at 4 and 4 MB/s: 8 MB/s."""
-    reports = {(0, 1): (2e6, 0.0, 1.0), (0, 2): (1e6, 0.0, 0.5),
-               (1, 0): (1e6, 0.0, 0.25), (2, 0): (1e6, 0.5, 0.75)}
-    out, inn = link_rates(reports)
-    assert out[0] == pytest.approx(4e6) and inn[0] == pytest.approx(8e6)
-    assert math.isnan(out[1]) is False and math.isnan(inn[1]) is False
-    S = node_throughput(out, inn)
-    assert S[0] == pytest.approx(4e6)
-    assert all(s > 0 for s in S)
+def link(*arrivals, until=None):
+    """A link's report: its arrivals, and when its last message came (by
+    default its last slice: no averages came back after)."""
+    return list(arrivals), arrivals[-1][0] if until is None else until
+
+
+def test_link_rates_are_bytes_over_the_span():
+    """s_ij: slice bytes (not the forecast's) from the forecast's arrival
+    to the last slice's; a link with no span is left out."""
+    reports = {(0, 1): link((1.0, 0), (1.5, 1e6), (2.0, 1e6), until=3.0),
+               (2, 1): link((1.0, 0), (1.25, 5e5)),
+               (3, 1): link((1.0, 0))}
+    assert link_rates(reports) == {(0, 1): 2e6, (2, 1): 2e6}
+
+
+# Node 0's outgoing NIC carries 2 MB/s; both its links start at t = 0.  The
+# link to 2 carries 1 MB and ends at t = 1 (1 MB/s, half the NIC); the link
+# to 1 then has the whole NIC: 1 MB in [0, 1], 2 MB in [1, 2].
+SPLIT = {(0, 1): link((0.0, 0), (0.5, 5e5), (1.0, 5e5), (1.5, 1e6),
+                      (2.0, 1e6)),
+         (0, 2): link((0.0, 0), (0.5, 5e5), (1.0, 5e5))}
+
+
+def test_summing_link_rates_overcounts_a_nic_whose_links_end_apart():
+    s = link_rates(SPLIT)
+    assert s == {(0, 1): 1.5e6, (0, 2): 1e6}      # 2.5 MB/s: 25 % over
+
+
+def test_nic_rate_over_the_stretch_its_links_shared():
+    """Over [0, 1], where both links were on the wire: 2 MB in 1 s.  The
+    receivers' NICs each saw one link: its rate over its own span (what
+    they carried: a lower bound)."""
+    out, inn = nic_rates(SPLIT)
+    assert out[0] == pytest.approx(2e6)
+    assert inn[1] == pytest.approx(1.5e6) and inn[2] == pytest.approx(1e6)
+    assert math.isnan(inn[0]) and math.isnan(out[1]) and math.isnan(out[2])
+    out, inn = nic_rates(SPLIT, N=4)
+    assert len(out) == len(inn) == 4 and math.isnan(out[3])
+
+
+def test_links_kept_apart_by_a_late_start():
+    """Node 3's incoming NIC (1 MB/s): the link from 0 ran alone before the
+    others started; those from 1 and 2 shared the NIC (0.5 MB/s each) over
+    [0.2, 0.3] only.  The sum of s_ij counts each link's time alone as if
+    all were at once (2.33 MB/s); the stretch with the most links on the
+    wire gives the NIC's rate."""
+    reports = {(0, 3): link((0.0, 0), (0.1, 1e5)),
+               (1, 3): link((0.15, 0), (0.2, 5e4), (0.3, 5e4)),
+               (2, 3): link((0.2, 0), (0.3, 5e4), (0.35, 5e4))}
+    assert sum(link_rates(reports).values()) == pytest.approx(7e6 / 3)
+    _, inn = nic_rates(reports)
+    assert inn[3] == pytest.approx(1e6)
+
+
+def test_a_straggling_link_does_not_dilute_the_nic():
+    """Node 0 (2 MB/s out) sends to 1 and to 2, whose own NIC holds its
+    link to 0.2 MB/s: max-min fair, the link to 1 gets 1.8 MB/s.  Bytes
+    over the union of the spans (2.4 MB in 3 s) would undercount; the
+    stretch both were on the wire gives 2 MB/s."""
+    reports = {(0, 1): link((0.0, 0), (1.0, 1.8e6)),
+               (0, 2): link((0.0, 0), (1.0, 2e5), (2.0, 2e5), (3.0, 2e5))}
+    out, _ = nic_rates(reports)
+    assert out[0] == pytest.approx(2e6)
+
+
+def test_a_slice_across_the_stretch_edge_is_split_by_nic_share():
+    """Node 2's incoming NIC (2 MB/s) limits both its links.  The link from
+    0 runs alone at 2 MB/s from t = 0, the one from 1 joins at 0.5 (1 MB/s
+    each), the first ends at 1.5 and the second runs alone to 2.  Each
+    carries one 2 MB slice, so the stretch they shared, [0.5, 1.5], cuts
+    both.  Split by time, 4/3 MB of each would fall inside (2.67 MB/s);
+    split by the NIC's share per flow (1 alone, 1/2 together), 1 MB each:
+    2 MB/s."""
+    reports = {(0, 2): link((0.0, 0), (1.5, 2e6)),
+               (1, 2): link((0.5, 0), (2.0, 2e6))}
+    _, inn = nic_rates(reports)
+    assert inn[2] == pytest.approx(2e6)
+
+
+def test_averages_after_the_slices_still_share_the_nic():
+    """Node 2's incoming NIC (2 MB/s): the links from 0 and 1 start
+    together at 1 MB/s each; 0's slices end at t = 1, but its averages then
+    come on the same link until t = 2, so the one 2 MB slice from 1 keeps
+    half the NIC: 1 MB before t = 1, 1 MB after.  Counting the link from 0
+    as gone at t = 1 would put only 2/3 MB of that slice before it."""
+    reports = {(0, 2): link((0.0, 0), (1.0, 1e6), until=2.0),
+               (1, 2): link((0.0, 0), (2.0, 2e6))}
+    _, inn = nic_rates(reports)
+    assert inn[2] == pytest.approx(2e6)
+    reports[(0, 2)] = link((0.0, 0), (1.0, 1e6))
+    assert nic_rates(reports)[1][2] == pytest.approx(5e6 / 3)
+
+
+def test_node_throughput_is_the_slower_nic():
+    out, inn = [4e6, 3e6, math.nan], [8e6, 1e6, math.nan]
+    assert node_throughput(out, inn) == [4e6, 1e6, 2.5e6]   # median fills
     assert node_throughput([math.nan, 4.0], [math.nan, 2.0]) == [2.0, 2.0]
+    assert node_throughput([math.nan, 4.0], [3.0, math.nan]) == [3.0, 4.0]

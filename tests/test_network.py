@@ -43,7 +43,8 @@ def net():
 @timing
 def test_one_flow_takes_size_over_rate(net):
     comm = net({"default": {"out_rate": "10 MB/s", "in_rate": "10 MB/s"}})
-    got = netcal.transfer(comm, [(0, 1)], 4_000_000)
+    got = netcal.transfer(comm, [(0, 1)], 4_000_000,
+                          clock="arrival")
     if RANK == 1:
         assert got[0] == pytest.approx(0.4, rel=0.05), got
 
@@ -53,7 +54,8 @@ def test_two_flows_into_one_receiver_share_its_rate(net):
     if P < 3:
         pytest.skip("needs three ranks")
     comm = net({"default": {"out_rate": "unlimited", "in_rate": "10 MB/s"}})
-    got = netcal.transfer(comm, [(1, 0), (2, 0)], 2_000_000)
+    got = netcal.transfer(comm, [(1, 0), (2, 0)], 2_000_000,
+                          clock="arrival")
     if RANK == 0:       # 2 MB each at half of 10 MB/s
         assert got[1] == pytest.approx(0.4, rel=0.10), got
         assert got[2] == pytest.approx(0.4, rel=0.10), got

@@ -69,13 +69,18 @@ def start_time(comm, lead=0.05):
     return comm.bcast(pc.now() + lead if comm.rank == 0 else None)
 
 
-def transfer(comm, pairs, nbytes):
+def transfer(comm, pairs, nbytes, clock="delivered"):
     """Each (src, dst) in pairs moves nbytes, all starting together.
-    Returns {src: seconds from the start to delivery} on each receiver."""
+    Returns {src: seconds from the start to delivery} on each receiver.
+
+    ``clock``: ``"delivered"`` (when the receiving rank's progress thread
+    saw the message: what a program sees, host delays included) or
+    ``"arrival"`` (the network model's arrival time, ``t_arrive``: the
+    model alone, whatever the host's load)."""
     t0 = start_time(comm)
     s = pc.Schedule(comm)
     at = s.start_at(t0)
-    keep = []
+    keep, recvs = [], {}
     for src, dst in pairs:
         if comm.rank == src:
             keep.append(np.ones(nbytes // 8))
@@ -83,13 +88,17 @@ def transfer(comm, pairs, nbytes):
                    after=[at])
         if comm.rank == dst:
             keep.append(np.zeros(nbytes // 8))
-            s.recv(s.buffer(keep[-1]), src, tag=src)
+            recvs[src] = s.recv(s.buffer(keep[-1]), src, tag=src)
     pc.timeline.clear()
     pc.timeline.enable()
     s.post().wait(timeout=120)
     pc.timeline.disable()
-    got = {e["peer"]: e["t"] - t0 for e in pc.timeline.events()
-           if e["ev"] == "delivered" and e["sched"] == s.serial}
+    if clock == "arrival":
+        t = s.outcomes().t_arrive
+        got = {src: float(t[op]) - t0 for src, op in recvs.items()}
+    else:
+        got = {e["peer"]: e["t"] - t0 for e in pc.timeline.events()
+               if e["ev"] == "delivered" and e["sched"] == s.serial}
     s.free()
     return got
 

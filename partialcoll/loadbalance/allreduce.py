@@ -16,18 +16,26 @@ Measurement (3.2): before its slices, each worker sends every server a tiny
 *forecast* message on the same FIFO link; the server takes the forecast's
 arrival as the start and the last slice's arrival as the end of the link's
 transfer (bytes / (t_end - t_start) is the paper's s_ij, and every data
-slice counts, not only probes).  A server must be listening when the
-forecast comes, or it would find forecast and slices already there and time
-nothing: so, as in the paper ("after receiving the latest strategy, each
-node transmits"), the plan carries a start time a little ahead
-(``lead``, 5 ms): every rank posts its receives at once and its sends
-wait for that time (a START_AT op).  Spans under 1 ms are not timed.  Servers report (bytes, t_start, t_end) per
-link to the scheduler (rank 0) after every call; it estimates each node's
-throughput S_i (:func:`.plan.link_rates`, averaged over the last ``window``
-calls) and plans the next call's shares with Algorithm 1.  The reports and
-the plan travel on the library's control communicator (reliable, outside
-an emulated network): the scheduler sees only these measurements, never
-the network's configured rates.
+slice counts, not only probes).  Arrival means the receive's ``t_arrive``,
+when the message arrived, not when this rank's progress thread noticed it:
+on a host with more ranks than cores that is late by more than a slice
+takes.  (On the emulated network the arrival time comes from the model, as
+a real NIC's hardware receive timestamps would; over plain MPI it is the
+completion time.)  A server must be listening when the forecast comes, or
+it would find forecast and slices already there: so, as in the paper
+("after receiving the latest strategy, each node transmits"), the plan
+carries a start time a little ahead (``lead``, 5 ms): every rank posts its
+receives at once and its sends wait for that time (a START_AT op).  Links
+that span under 1 ms are not reported.  Servers report every link's
+arrivals (forecast, then each slice with its bytes) to the scheduler (rank
+0) after every call, with when each link's later traffic (the averages
+coming back) ended; it estimates every NIC's rate over the stretch in
+which its links were on the wire together (:func:`.plan.nic_rates`), takes
+per NIC the median of the last ``window`` calls, and S_i = min(out_i, in_i)
+(:func:`.plan.node_throughput`); then it plans the next call's shares with
+Algorithm 1.  The reports and the plan travel on the library's control
+communicator (reliable, outside an emulated network): the scheduler sees
+only these measurements, never the network's configured rates.
 
 Schemes: ``"aware"`` (the above), ``"average"`` (equal shares, the same
 slicing, probes and forecasts: the paper's baseline) and ``"oracle"``
@@ -51,6 +59,16 @@ log = logging.getLogger("partialcoll")
 def _now():
     from .. import _core
     return _core.now()
+
+
+def _nanmedian(rows):
+    """Per column, the median of the values that are not NaN (NaN if
+    none)."""
+    cols = zip(*rows)
+    return [float(np.median(v)) if v else math.nan
+            for v in ([x for x in col if not math.isnan(x)] for col in cols)]
+
+
 SCHEMES = ("aware", "average", "oracle")
 
 
@@ -68,7 +86,7 @@ class LoadBalancedAllreduce:
         size_probe: elements per probe slice (the paper's: 10,000).
         measure: send forecasts and measure the links (needed by "aware").
         threshold: Algorithm 1 stops when max t - min t <= threshold max t.
-        window: calls whose measurements the throughput estimate averages.
+        window: calls whose NIC estimates the scheduler takes the median of.
 
     Creating it and ``close()`` are collective; so is every call.
     Example::
@@ -189,7 +207,7 @@ class LoadBalancedAllreduce:
                                    after=[start])
         fcast = {j: s.recv(fc[j:j + 1], j, tag=t_fc) for j in peers} \
             if self.measure else {}
-        last_in, off = {j: [] for j in peers}, 0
+        slices_in, off = {j: [] for j in peers}, 0
         for k, a, c in own:                  # server: aggregate, then PULL
             recvs, reds = [], []
             for j in peers:
@@ -197,32 +215,49 @@ class LoadBalancedAllreduce:
                 reds.append(s.reduce(X[a:a + c], tmp[off:off + c],
                                      after=[rv]))
                 recvs.append(rv)
-                last_in[j].append(rv)
+                slices_in[j].append(rv)
                 off += c
             join = s.nop(after=recvs)
             avg = s.scale(X[a:a + c], count_of=join, add=1,
                           after=reds + [join])
             for j in peers:
                 s.send(X[a:a + c], j, tag=t_pull + k, after=[avg])
+        pulls_in = {j: [] for j in peers}
         for k, (a, c, o, _) in enumerate(slices):    # worker: PULL
             if o != r:
-                s.recv(X[a:a + c], o, tag=t_pull + k, after=[pushed[k]])
+                pulls_in[o].append(s.recv(X[a:a + c], o, tag=t_pull + k,
+                                          after=[pushed[k]]))
         s.commit()
-        nbytes = sum(c for _, _, c in own) * self.dtype.itemsize
-        return s, {"x": X, "go": go, "forecast": fcast, "last": last_in,
-                   "bytes": nbytes}
+        return s, {"x": X, "go": go, "forecast": fcast,
+                   "slices_in": slices_in, "pulls_in": pulls_in,
+                   "slice_bytes": [c * self.dtype.itemsize
+                                   for _, _, c in own]}
 
     # -- measuring and planning -----------------------------------------
     def _measure(self, s, meta):
-        """This server's link reports {(i, me): (bytes, t_start, t_end)}."""
-        t = s.outcomes().t_done
+        """This server's link reports {(i, me): (arrivals, until)}: the
+        forecast's and every slice's arrival, [(t_arrive, bytes), ...] (the
+        forecast's bytes 0), and when the link's last message of the call
+        arrived (the averages that server i sends back follow the slices on
+        the same FIFO link and share the NICs, unmeasured).
+
+        Times are the receives' arrival times (``t_arrive``), not when this
+        rank noticed them (``t_done``): on a busy host the progress thread
+        runs late, by more than a slice takes.  On the emulated network they
+        come from the model, as a NIC's receive timestamps would; over plain
+        MPI they are the completion times."""
+        t = s.outcomes().t_arrive
         out = {}
         for j, f in meta["forecast"].items():
-            ends = [t[op] for op in meta["last"][j]]
-            if ends and meta["bytes"] and max(ends) - t[f] > 1e-3 and \
-                    t[f] > 0:
-                out[(j, self.rank)] = (meta["bytes"], float(t[f]),
-                                       float(max(ends)))
+            ops = meta["slices_in"][j]
+            if not ops or not t[f] > 0 or \
+                    max(t[op] for op in ops) - t[f] <= 1e-3:
+                continue
+            arrivals = [(float(t[f]), 0)] + \
+                [(float(t[op]), nbytes)
+                 for op, nbytes in zip(ops, meta["slice_bytes"])]
+            until = max([t[op] for op in ops + meta["pulls_in"][j]])
+            out[(j, self.rank)] = (arrivals, float(until))
         return out
 
     def _replan(self, reports):
@@ -233,12 +268,13 @@ class LoadBalancedAllreduce:
             allrep = {k: v for part in gathered for k, v in part.items()}
             self.rates["reports"] = allrep
             if allrep:
-                out, inn = planner.link_rates(allrep)
-                self._history.append(planner.node_throughput(out, inn))
+                self._history.append(planner.nic_rates(allrep, self.size))
                 self._history = self._history[-self.window:]
-                self.rates["S"] = [float(np.mean(col))
-                                   for col in zip(*self._history)]
+                out, inn = (_nanmedian([h[k] for h in self._history])
+                            for k in (0, 1))
+                self.rates["S"] = planner.node_throughput(out, inn)
                 self.rates["out"], self.rates["in"] = out, inn
+                self.rates["links"] = planner.link_rates(allrep)
             shares = (self._shares(), _now() + self.lead)
         self.shares, self._go = ctl.bcast(shares, root=0)
         self.rates = ctl.bcast(self.rates, root=0)
