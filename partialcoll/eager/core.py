@@ -363,8 +363,8 @@ class EagerAverager:
 
     @property
     def step_open(self):
-        """Whether this step has begun: a gradient handed over by
-        :meth:`offer` (its reduction may be running)."""
+        """True once this step has begun, when a gradient was handed over
+        by :meth:`offer` (its reduction may be running)."""
         return any(self._got)
 
     def abandon(self, grads=None):

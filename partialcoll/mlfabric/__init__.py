@@ -20,11 +20,11 @@ The algorithms, without MPI (testable on their own):
 * :mod:`.microbench`: the scheduler's time per batch (section 7.4).
 
 The end-to-end parameter server on the executor over the emulated network
-(MPI): :func:`train` (:mod:`.training`; ranks' roles in :mod:`.roles`,
-:mod:`.server`, :mod:`.worker`; a program as a schedule in
-:mod:`.execute`), the optimizer and where momentum lives (:mod:`.optim`),
-a small model (:mod:`.models`), and the synchronous allreduce baselines
-(:mod:`.allreduce_train`).
+(MPI): :func:`~partialcoll.mlfabric.training.train` (in ``training``;
+ranks' roles in ``roles``, ``server``, ``worker``; a program as a schedule
+in ``execute``), the optimizer and where momentum lives (``optim``), a
+small model (``models``), and the synchronous allreduce baselines
+(``allreduce_train``).
 """
 from .aggregation import Aggregation, Group, aggregate, aggregate_sync
 from .links import NetworkState, Timeline, Transfer
