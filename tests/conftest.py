@@ -109,6 +109,27 @@ def pytest_runtest_logreport(report):
     MPI.COMM_WORLD.Abort(1)
 
 
+@pytest.fixture
+def net():
+    """Enable an emulated network for one test (collective over
+    MPI_COMM_WORLD); yields ``enable(cfg)``, which returns a fresh
+    communicator on it.  Plain MPI again afterwards."""
+    import partialcoll as pc
+    from mpi4py import MPI
+    comms = []
+
+    def enable(cfg):
+        pc.network.enable(cfg)
+        c = MPI.COMM_WORLD.Dup()
+        comms.append(c)
+        return c
+
+    yield enable
+    pc.network.disable()
+    for c in comms:
+        c.Free()
+
+
 def run_mpi_script(code, n=2, timeout=60, env=None):
     """Run ``code`` under ``mpiexec -n n`` in a fresh process; return
     (returncode, stdout, stderr, seconds)."""

@@ -24,23 +24,6 @@ SLACK = 0.1     # push after the sender's START_AT: same sweep, unless the
                 # loaded host preempts the sender in between
 
 
-@pytest.fixture
-def net():
-    """Enable a network for one test (collective), then plain MPI again."""
-    comms = []
-
-    def enable(cfg):
-        pc.network.enable(cfg)
-        c = COMM.Dup()
-        comms.append(c)
-        return c
-
-    yield enable
-    pc.network.disable()
-    for c in comms:
-        c.Free()
-
-
 @pytest.mark.parametrize("n", [0, 1, 37, 10_000])
 def test_over_mpi_arrival_is_the_completion_time(n):
     """Plain MPI gives no arrival time: a receive's t_arrive is its t_done;

@@ -23,23 +23,6 @@ timing = pytest.mark.skipif(
            "cores), and not under a sanitizer (it slows everything down)")
 
 
-@pytest.fixture
-def net():
-    """Enable a network for one test (collective), then plain MPI again."""
-    comms = []
-
-    def enable(cfg):
-        pc.network.enable(cfg)
-        c = COMM.Dup()
-        comms.append(c)
-        return c
-
-    yield enable
-    pc.network.disable()
-    for c in comms:
-        c.Free()
-
-
 @timing
 def test_one_flow_takes_size_over_rate(net):
     comm = net({"default": {"out_rate": "10 MB/s", "in_rate": "10 MB/s"}})
