@@ -550,60 +550,79 @@ def _forward_order(named, given):
 
 # -- model-level helpers ------------------------------------------------------
 def _tensors(state):
+    """(name, tensor) pairs of a module's state dict (or a dict / pairs),
+    sorted by name, and a problem found in them (a string) or None.  The
+    problem is returned, not raised, so that every rank learns of it in the
+    same collective call (a rank raising alone would leave the others
+    waiting)."""
     if isinstance(state, torch.nn.Module):
         state = state.state_dict()
-    if isinstance(state, dict):
-        items = list(state.items())
-    else:
-        items = list(state)
+    items = list(state.items()) if isinstance(state, dict) else list(state)
     for n, t in items:
         if not isinstance(t, torch.Tensor):
-            raise ScheduleError(f"{n} is not a tensor")
-        if t.dtype == torch.bfloat16:
-            raise ScheduleError(f"{n} is bfloat16, which MPI cannot carry")
-    return sorted(items, key=lambda it: it[0])
+            return [], f"{n} is not a tensor ({type(t).__name__})"
+    return sorted(items, key=lambda it: it[0]), None
 
 
-def _check_same(comm, items, what):
+def _check_same(comm, items, problem, what):
+    """Raise on every rank when any rank found a problem in its tensors or
+    their names, shapes and dtypes differ between ranks (one allgather)."""
     mine = [(n, tuple(t.shape), str(t.dtype)) for n, t in items]
-    everyone = comm.allgather(mine)
-    for r, theirs in enumerate(everyone):
+    everyone = comm.allgather((problem, mine))
+    rank = comm.Get_rank()
+    for r, (their_problem, _) in enumerate(everyone):
+        if their_problem is not None:
+            where = "this rank" if r == rank else f"rank {r}"
+            raise ScheduleError(f"{what}: on {where}, {their_problem}")
+    for r, (_, theirs) in enumerate(everyone):
         if theirs != mine:
             a, b = dict((n, s) for n, *s in mine), dict((n, s) for n, *s in theirs)
             diff = sorted(set(a) ^ set(b)) or sorted(
                 n for n in a if a[n] != b.get(n))
             raise ScheduleError(f"{what}: the tensors differ between rank "
-                                f"{comm.Get_rank()} and rank {r} "
+                                f"{rank} and rank {r} "
                                 f"(first differences: {diff[:4]})")
 
 
 def synchronize_model(model, comm=None):
     """Average ``model``'s floating-point parameters and buffers across the
     ranks of ``comm`` (collective).  Integer buffers take rank 0's value.
+    bfloat16 and float16 tensors are averaged in float32 and rounded back.
 
     It first flushes every open :class:`EagerOptimizer` on the same ranks
     (in creation order), so pending gradients are applied and no rank is
     left waiting inside a partial allreduce for this one.  An
     :class:`EagerHook` needs the optimizer to apply what it flushes, so it
     is not flushed here: call ``hook.flush(optimizer)`` first.
+
+    A state that is not all tensors, or that differs between ranks in
+    names, shapes or dtypes, raises :class:`ScheduleError` on every rank.
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     for opt in _live_optimizers(comm):
         opt.flush()
     _comm.library_comm(comm).before_collective()    # flush function forms
-    items = _tensors(model)
-    _check_same(comm, items, "synchronize_model")
+    items, problem = _tensors(model)
+    _check_same(comm, items, problem, "synchronize_model")
     P = comm.Get_size()
     with torch.no_grad():
         for _, t in items:
-            host = _host_view(t)
-            if t.is_floating_point() or t.is_complex():
-                comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
-                host /= P
-            else:
-                comm.Bcast(host, root=0)
-            if host.ctypes.data != t.data_ptr() or t.device.type != "cpu":
-                t.copy_(torch.from_numpy(host))
+            _average_one(comm, t, P)
+
+
+def _average_one(comm, t, P):
+    """Average one tensor in place over ``comm`` (rank 0's value for an
+    integer or bool tensor)."""
+    narrow = t.dtype in (torch.bfloat16, torch.float16)
+    host = t.detach().to("cpu", torch.float32).numpy() if narrow \
+        else _host_view(t)
+    if t.is_floating_point() or t.is_complex():
+        comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
+        host /= P
+    else:
+        comm.Bcast(host, root=0)
+    if narrow or host.ctypes.data != t.data_ptr() or t.device.type != "cpu":
+        t.copy_(torch.from_numpy(host))
 
 
 _OPTIMIZERS = weakref.WeakSet()
