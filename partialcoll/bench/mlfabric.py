@@ -11,6 +11,9 @@ for every scheme: MLfabric with tau_max = N and 2N (N workers), plain
 asynchronous PS, ring allreduce, binary-tree allreduce and MLfabric-S,
 each for ``--duration`` seconds of training on softmax regression
 (``--features`` x ``--classes`` float64 parameters: the update size).
+The parameter server applies every update at ``--lr``; the synchronous
+schemes average N updates and by default use lr x N (``--sync-lr``), so
+every scheme moves the model as far per update.
 
 Reported per scheme: time to the target loss (``--target-loss``, or by
 default the highest of the schemes' lowest losses, so every scheme
@@ -66,6 +69,12 @@ def add_args(p):
     p.add_argument("--aggregators", type=int, default=2)
     p.add_argument("--lr", type=float, default=5.0)
     p.add_argument("--momentum", type=float, default=0.5)
+    p.add_argument("--sync-lr", choices=("scaled", "same"), default="scaled",
+                   help="the synchronous schemes' learning rate: 'scaled' "
+                   "(default) lr x N on their mean of N updates, the same "
+                   "step per update as the parameter server, which applies "
+                   "every update at lr; 'same': lr on the mean (N times "
+                   "smaller steps per update)")
     p.add_argument("--target-loss", type=float)
     p.add_argument("--plot")
     p.add_argument("--csv")
@@ -91,7 +100,7 @@ def _network(args, name, seed):
 def _one(args, scheme, stragglers, seed, comm):
     """Run one scheme; returns {"losses", "drops", "max_delay", ...}."""
     model = SoftmaxRegression(args.features, args.classes, seed=seed)
-    opt = SGD(args.lr, args.momentum)
+    opt = SGD(_lr(args, scheme, comm.size - 1), args.momentum)
     common = dict(compute_time=args.compute, stragglers=stragglers,
                   duration=args.duration, seed=seed)
     if scheme in ("ring", "tree"):
@@ -114,6 +123,16 @@ def _one(args, scheme, stragglers, seed, comm):
             if res.scheduler["batches"] else math.nan,
             "comm_ms": _ms(res.comm) if mode == "mlfabric-s" else math.nan,
             "invariants": res.invariants}
+
+
+def _lr(args, scheme, N):
+    """The parameter server applies each update at ``lr``; ring, tree and
+    MLfabric-S apply the mean of N, so with ``--sync-lr scaled`` they use
+    lr x N (the linear scaling rule): every scheme then moves the model as
+    far per update and differs only in staleness, drops and waiting, which
+    is what the comparison is about."""
+    sync = scheme in ("ring", "tree", "mlfabric-s")
+    return args.lr * N if sync and args.sync_lr == "scaled" else args.lr
 
 
 def _ms(xs):
@@ -143,7 +162,8 @@ def run(args, comm=MPI.COMM_WORLD):
          f"MLfabric comparison: P = {comm.size} ({comm.size - 1} workers), "
          f"{args.features * args.classes * 8} B updates, base rate "
          f"{args.base_rate:g} B/s redrawn every {args.every} s, compute "
-         f"{args.compute} s, {args.duration} s per scheme", comm)
+         f"{args.compute} s, {args.duration} s per scheme, lr {args.lr:g} "
+         f"(synchronous schemes: {args.sync_lr})", comm)
     if args.plot and comm.rank == 0:
         _plot(curves, args.plot)
     return rows
