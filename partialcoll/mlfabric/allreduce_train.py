@@ -63,8 +63,10 @@ def train_allreduce(model, optimizer, comm=None, algorithm="ring",
         aggregators, root, monitor_lag, monitor_window, initial_rate:
             "mlfabric" only (see :class:`~.allreduce.DynamicTreeAllreduce`;
             the scheduler runs on the first worker).
-        compute_time, stragglers, duration, max_iterations, target_loss,
-            eval_every, seed, replica: as for :func:`~.training.train`.
+        compute_time, stragglers, duration, target_loss, eval_every,
+            seed, replica: as for :func:`~.training.train`.
+        max_iterations: stop after this many iterations.
+
     Returns {"losses": [(t, updates, loss)], "iterations", "comm": [seconds
     per iteration in the allreduce], "time_to_target", "params",
     "scheduler": {"plans", "cpu_mean", "cpu_max", "trees"} ("mlfabric";
