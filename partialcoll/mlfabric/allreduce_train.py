@@ -5,7 +5,8 @@ the updates are summed by a ring allreduce (``pc.allreduce``,
 broadcast built here as one schedule (Tr-Sync), or, ``algorithm=
 "mlfabric"``, MLfabric's own allreduce (section 6: push to a root over a
 tree planned every iteration from the lagged link monitor, then get;
-:mod:`.allreduce`), all on the emulated network.  The same workers as the parameter server (rank 0 and the replica
+:mod:`partialcoll.mlfabric.allreduce`), all on the emulated network.
+The same workers as the parameter server (rank 0 and the replica
 rank sit out), the same model, optimizer and seeds.
 
 Binary tree over the workers (sub-communicator ranks), per iteration::
@@ -63,8 +64,8 @@ def train_allreduce(model, optimizer, comm=None, algorithm="ring",
         aggregators, root, monitor_lag, monitor_window, initial_rate:
             "mlfabric" only (see :class:`~.allreduce.DynamicTreeAllreduce`;
             the scheduler runs on the first worker).
-        compute_time, stragglers, duration, target_loss, eval_every,
-            seed, replica: as for :func:`~.training.train`.
+        compute_time, stragglers, duration: as for train.
+        target_loss, eval_every, seed, replica: as for train.
         max_iterations: stop after this many iterations.
 
     Returns {"losses": [(t, updates, loss)], "iterations", "comm": [seconds
