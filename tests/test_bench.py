@@ -148,6 +148,23 @@ def test_mlfabric_benchmark_quick():
 
 
 @pytest.mark.max_ranks(4)
+def test_mlfabric_benchmark_allreduce_variant():
+    """--schemes mlfabric-ar,ring: MLfabric's allreduce runs as a scheme
+    beside the ring (a second of training each) and reports its scheduler
+    time."""
+    if MPI.COMM_WORLD.size < 3:
+        pytest.skip("a server and two workers at least")
+    from partialcoll.bench import mlfabric
+    rows = mlfabric.run(args_for(mlfabric, [
+        "--quick", "--duration", "1", "--schemes", "mlfabric-ar,ring"]))
+    if MPI.COMM_WORLD.rank == 0:
+        assert [r["scheme"] for r in rows] == ["mlfabric-ar", "ring"]
+        ar = rows[0]
+        assert ar["drops"] == 0 and ar["final_loss"] > 0
+        assert ar["sched_ms"] >= 0 and ar["comm_ms"] > 0
+
+
+@pytest.mark.max_ranks(4)
 def test_overlap_benchmark_runs(rank_tmp):
     """partialcoll-bench overlap --quick: both variants of sync and solo
     are timed (sync's copies end equal: checked inside), overlap started

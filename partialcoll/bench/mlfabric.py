@@ -8,7 +8,8 @@ For every straggler configuration (C1 = 10 % of steps 2x slower, C2 = 10 %
 N1 = (0, 0, 0, .1, .9), N2 = (0, .1, .1, .1, .7), N3 = (.5, 0, 0, 0, .5))
 and seed, with the same network seed (the same traces) and straggler seed
 for every scheme: MLfabric with tau_max = N and 2N (N workers), plain
-asynchronous PS, ring allreduce, binary-tree allreduce and MLfabric-S,
+asynchronous PS, ring allreduce, binary-tree allreduce and MLfabric-S
+(and, named in ``--schemes``, ``mlfabric-ar``: MLfabric's allreduce),
 each for ``--duration`` seconds of training on softmax regression
 (``--features`` x ``--classes`` float64 parameters: the update size).
 The parameter server applies every update at ``--lr``; the synchronous
@@ -39,6 +40,9 @@ NETWORKS = {"N1": [0, 0, 0, 0.1, 0.9], "N2": [0, 0.1, 0.1, 0.1, 0.7],
 STRAGGLERS = {"C1": (0.10, 2.0), "C2": (0.10, 4.0), "C3": (0.04, 2.0)}
 SCHEMES = ("mlfabric-N", "mlfabric-2N", "async", "ring", "tree",
            "mlfabric-s")
+#: schemes run only when named in --schemes: MLfabric's allreduce
+#: (section 6; train_allreduce(algorithm="mlfabric"))
+OPTIONAL = ("mlfabric-ar",)
 QUICK = dict(features=32, classes=16, base_rate=0.5e6, duration=2.0,
              compute=0.04, interval=0.05, every=0.5, stragglers="C2",
              networks="N2", lag=0.1)
@@ -50,7 +54,9 @@ def add_args(p):
                                                 QUICK.items()))
     p.add_argument("--stragglers", default="C1,C2,C3")
     p.add_argument("--networks", default="N1,N2,N3")
-    p.add_argument("--schemes", default=",".join(SCHEMES))
+    p.add_argument("--schemes", default=",".join(SCHEMES),
+                   help="comma-separated, of " + ", ".join(SCHEMES + OPTIONAL)
+                   + " (mlfabric-ar, MLfabric's allreduce, only when named)")
     p.add_argument("--seeds", default="0")
     p.add_argument("--duration", type=float, default=60.0,
                    help="seconds of training per scheme")
@@ -107,6 +113,14 @@ def _one(args, scheme, stragglers, seed, comm):
         out = train_allreduce(model, opt, comm, algorithm=scheme, **common)
         return {"losses": out["losses"], "drops": 0, "max_delay": 0,
                 "sched_ms": math.nan, "comm_ms": _ms(out["comm"])}
+    if scheme == "mlfabric-ar":
+        out = train_allreduce(model, opt, comm, algorithm="mlfabric",
+                              aggregators=args.aggregators,
+                              monitor_lag=args.lag,
+                              initial_rate=args.base_rate * 5, **common)
+        return {"losses": out["losses"], "drops": 0, "max_delay": 0,
+                "sched_ms": 1e3 * out["scheduler"]["cpu_mean"],
+                "comm_ms": _ms(out["comm"])}
     N = comm.size - 1
     kw = dict(batch_interval=args.interval, monitor_lag=args.lag,
               aggregators=args.aggregators,
@@ -148,6 +162,10 @@ def _time_to(losses, target):
 
 def run(args, comm=MPI.COMM_WORLD):
     args = _quick(args)
+    unknown = set(args.schemes.split(",")) - set(SCHEMES + OPTIONAL)
+    if unknown:
+        raise SystemExit(f"mlfabric: unknown schemes {sorted(unknown)}; "
+                         f"known: {', '.join(SCHEMES + OPTIONAL)}")
     if comm.size < 3:
         raise SystemExit("mlfabric: run under mpiexec with >= 3 ranks "
                          "(a server and two workers; the paper's: about 8)")

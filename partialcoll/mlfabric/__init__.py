@@ -15,6 +15,8 @@ The algorithms, without MPI (testable on their own):
   MLfabric-S (section 6);
 * :mod:`.replication`: bounded-divergence replication (5.3, Eq. 11);
 * :mod:`.scheduler`: the three in sequence per batch;
+* :mod:`.dyntree`: the allreduce variant's tree (section 6: Algorithm 3
+  to a root, section 10.3's distribution back);
 * :mod:`.program`: a batch plan as each rank's sends, receives, sums and
   applies (the first step of the end-to-end server, not built yet);
 * :mod:`.microbench`: the scheduler's time per batch (section 7.4).
@@ -23,10 +25,14 @@ The end-to-end parameter server on the executor over the emulated network
 (MPI): :func:`~partialcoll.mlfabric.training.train` (in ``training``;
 ranks' roles in ``roles``, ``server``, ``worker``; a program as a schedule
 in ``execute``), the optimizer and where momentum lives (``optim``), a
-small model (``models``), and the synchronous allreduce baselines
-(``allreduce_train``).
+small model (``models``), the synchronous allreduce baselines and
+MLfabric's allreduce (``allreduce_train``; the collective
+:class:`~partialcoll.mlfabric.allreduce.DynamicTreeAllreduce` in
+``allreduce``), and a torch front end (``partialcoll.mlfabric.torch``:
+``train_torch``; needs torch, so not imported here).
 """
 from .aggregation import Aggregation, Group, aggregate, aggregate_sync
+from .dyntree import TreePlan, plan_tree
 from .links import NetworkState, Timeline, Transfer
 from .monitor import LinkMonitor
 from .ordering import Ordering, Update, deadline, delays, order_updates
@@ -41,7 +47,8 @@ __all__ = ["Aggregation", "BatchPlan", "DivergenceTracker", "Group",
            "Scheduler", "Timeline", "Transfer", "Update", "aggregate",
            "aggregate_sync", "deadline", "delays", "divergence_bound",
            "order_updates", "replicate", "SGD", "SoftmaxRegression",
-           "train", "train_allreduce", "RunResult"]
+           "train", "train_allreduce", "RunResult", "TreePlan",
+           "plan_tree", "DynamicTreeAllreduce"]
 
 
 def __getattr__(name):
@@ -52,4 +59,7 @@ def __getattr__(name):
     if name == "train_allreduce":
         from .allreduce_train import train_allreduce
         return train_allreduce
+    if name == "DynamicTreeAllreduce":
+        from .allreduce import DynamicTreeAllreduce
+        return DynamicTreeAllreduce
     raise AttributeError(name)

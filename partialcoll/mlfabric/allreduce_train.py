@@ -2,8 +2,11 @@
 worker computes (a DELAY op, stragglers as in the parameter server), then
 the updates are summed by a ring allreduce (``pc.allreduce``,
 ``algorithm="ring"``: the paper's RR-Sync) or a binary-tree reduce and
-broadcast built here as one schedule (Tr-Sync), all on the emulated
-network.  The same workers as the parameter server (rank 0 and the replica
+broadcast built here as one schedule (Tr-Sync), or, ``algorithm=
+"mlfabric"``, MLfabric's own allreduce (section 6: push to a root over a
+tree planned every iteration from the lagged link monitor, then get;
+:mod:`partialcoll.mlfabric.allreduce`), all on the emulated network.
+The same workers as the parameter server (rank 0 and the replica
 rank sit out), the same model, optimizer and seeds.
 
 Binary tree over the workers (sub-communicator ranks), per iteration::
@@ -18,9 +21,10 @@ import numpy as np
 from mpi4py import MPI
 
 from ..schedule import Schedule
+from .allreduce import DynamicTreeAllreduce
 from .roles import Roles, now
 
-ALGORITHMS = ("ring", "tree")
+ALGORITHMS = ("ring", "tree", "mlfabric")
 
 
 def tree_schedule(comm, buf):
@@ -46,11 +50,36 @@ def tree_schedule(comm, buf):
 def train_allreduce(model, optimizer, comm=None, algorithm="ring",
                     compute_time=0.1, stragglers=(0.0, 1.0), duration=None,
                     max_iterations=None, target_loss=None, eval_every=0.1,
-                    seed=0, replica=False):
-    """Synchronous SGD over the parameter server's worker ranks; returns
-    {"losses": [(t, updates, loss)], "iterations", "comm": [seconds per
-    iteration in the allreduce], "time_to_target"} on every rank."""
-    import partialcoll as pc
+                    seed=0, replica=False, aggregators=2, root=None,
+                    monitor_lag=0.2, monitor_window=0.5, initial_rate=1e8):
+    """Synchronous SGD over the parameter server's worker ranks.
+
+    Args:
+        model, optimizer: as for :func:`~.training.train` (a torch model
+            through :mod:`partialcoll.mlfabric.torch`).
+        algorithm: "ring" (``pc.allreduce``, RR-Sync), "tree" (a binary
+            tree, Tr-Sync) or "mlfabric" (MLfabric's allreduce, section 6:
+            a tree re-planned every iteration from the lagged link monitor,
+            :class:`~.allreduce.DynamicTreeAllreduce`).
+        aggregators, root, monitor_lag, monitor_window, initial_rate:
+            "mlfabric" only (see :class:`~.allreduce.DynamicTreeAllreduce`;
+            the scheduler runs on the first worker).
+        compute_time, stragglers, duration: as for train.
+        target_loss, eval_every, seed, replica: as for train.
+        max_iterations: stop after this many iterations.
+
+    Returns {"losses": [(t, updates, loss)], "iterations", "comm": [seconds
+    per iteration in the allreduce], "time_to_target", "params",
+    "scheduler": {"plans", "cpu_mean", "cpu_max", "trees"} ("mlfabric";
+    trees: distinct trees used)} on every rank.
+
+    Example::
+
+        out = train_allreduce(SoftmaxRegression(), SGD(0.5, 0.5),
+                              algorithm="mlfabric", aggregators=2,
+                              max_iterations=50)
+        out["losses"][-1], out["scheduler"]["trees"]
+    """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}")
     comm = MPI.COMM_WORLD if comm is None else comm
@@ -59,25 +88,73 @@ def train_allreduce(model, optimizer, comm=None, algorithm="ring",
     sub = comm.Split(0 if member else MPI.UNDEFINED, comm.rank)
     out = None
     if member:
-        out = _worker_loop(model, optimizer, sub, algorithm, compute_time,
-                           stragglers, duration, max_iterations, target_loss,
-                           eval_every, seed, pc)
-        sub.Free()
+        reducer = _Reducer(sub, algorithm, np.asarray(model.params).size + 1,
+                           dict(aggregators=aggregators, root=root,
+                                monitor_lag=monitor_lag,
+                                monitor_window=monitor_window,
+                                initial_rate=initial_rate, seed=seed))
+        try:
+            out = _worker_loop(model, optimizer, sub, reducer, compute_time,
+                               stragglers, duration, max_iterations,
+                               target_loss, eval_every, seed)
+            out["scheduler"] = reducer.stats()
+        finally:
+            reducer.free()
+            sub.Free()
     return comm.bcast(out, root=roles.workers[0])
 
 
-def _worker_loop(model, opt, sub, algorithm, compute_time, stragglers,
-                 duration, max_iterations, target_loss, eval_every, seed, pc):
+class _Reducer:
+    """One synchronous sum per iteration, by the chosen algorithm."""
+
+    def __init__(self, sub, algorithm, n, tree_options):
+        import partialcoll as pc
+        self.buf = np.zeros(n)
+        self.sub, self.algorithm, self.pc = sub, algorithm, pc
+        self.tcomm = self.tree = self.dynamic = None
+        self.shapes = set()
+        if algorithm == "tree":
+            self.tcomm = sub.Dup()
+            self.tree = tree_schedule(self.tcomm, self.buf)
+        elif algorithm == "mlfabric":
+            self.dynamic = DynamicTreeAllreduce(sub, **tree_options)
+
+    def __call__(self, ready):
+        if self.tree is not None:
+            self.tree.post().wait()
+        elif self.dynamic is not None:
+            self.dynamic(self.buf, ready=ready)
+            self.shapes.add(self.dynamic.plan.shape())
+        else:
+            self.buf[:] = self.pc.allreduce(self.buf, comm=self.sub,
+                                            algorithm="ring")
+
+    def stats(self):
+        if self.dynamic is None:
+            return None
+        cpu = self.sub.bcast(self.dynamic.cpu, root=self.dynamic.planner)
+        return {"plans": len(cpu), "trees": len(self.shapes),
+                "cpu_mean": float(np.mean(cpu)) if cpu else 0.0,
+                "cpu_max": float(max(cpu, default=0.0))}
+
+    def free(self):
+        if self.tree is not None:
+            self.tree.free()
+            self.tcomm.Free()
+        if self.dynamic is not None:
+            self.dynamic.free()
+
+
+def _worker_loop(model, opt, sub, reducer, compute_time, stragglers,
+                 duration, max_iterations, target_loss, eval_every, seed):
     n, N = np.asarray(model.params).size, sub.size
     w = np.array(model.params, dtype=np.float64).reshape(-1)
-    h, buf = opt.history(n), np.zeros(n + 1)
+    h, buf = opt.history(n), reducer.buf
     rng = np.random.default_rng([seed, sub.rank, 7])
     delay = Schedule(sub)
     seconds = np.zeros(1)
     delay.delay(delay.buffer(seconds)[0:1])
     delay.commit()
-    tcomm = sub.Dup() if algorithm == "tree" else None
-    tree = tree_schedule(tcomm, buf) if algorithm == "tree" else None
     t0 = t_eval = now()
     losses, comm_times, t_reached, it = [(0.0, 0, model.loss(w))], [], None, 0
     while True:
@@ -88,10 +165,7 @@ def _worker_loop(model, opt, sub, algorithm, compute_time, stragglers,
         t = now()
         buf[n] = float(sub.rank == 0 and _over(t - t0, it, duration,
                                                max_iterations, t_reached))
-        if tree is not None:
-            tree.post().wait()
-        else:
-            buf[:] = pc.allreduce(buf, comm=sub, algorithm="ring")
+        reducer(t)
         comm_times.append(now() - t)
         opt.apply(w, buf[:n], 1.0 / N)
         it += 1
@@ -106,9 +180,6 @@ def _worker_loop(model, opt, sub, algorithm, compute_time, stragglers,
     if sub.rank == 0:
         losses.append((now() - t0, it * N, model.loss(w)))
     delay.free()
-    if tree is not None:
-        tree.free()
-        tcomm.Free()
     return {"losses": losses, "iterations": it, "comm": comm_times,
             "time_to_target": t_reached, "params": w}
 

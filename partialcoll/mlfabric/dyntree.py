@@ -1,0 +1,217 @@
+"""MLfabric's allreduce (section 6, "MPI"): push every worker's update to
+a root over an aggregation tree built for the current links, then get the
+sum back from the root.  This module is the plan, pure (no MPI, no
+clock): :func:`plan_tree` turns the order the updates became ready and
+the link rates *as the monitor reports them* into the transfers
+(:class:`Hop`) that :mod:`partialcoll.mlfabric.allreduce` builds into one
+schedule per rank.
+
+Per iteration, with root R, aggregators a_1..a_k (relays for the get)::
+
+    push (Alg 3 on the ready list, section 6 "Synchronous SGD/PS"):
+        group 1:  w ------------------------> R     (sum into R's buffer)
+        group i:  w --> a_i --sum of group--> R
+    get (section 10.3, model distribution: Alg 3 on the mirrored links):
+        R --> a_k --> its members, then R --> a_k-1 ..., R --> group 1
+
+    time --->   R in:   [w][w][ sum a_1 ][ sum a_2 ]
+                R out:                               [a_2][a_1][w][w]
+                a_i out:                                  [->m][->m]
+
+Where the paper is silent, our choices (README, MLfabric section):
+
+* *The tree* is Algorithm 3's two-level one (section 6 applies "our
+  algorithm from section 5.2" to an unordered list): the root is the
+  destination, the updates in the order they became ready, k aggregators
+  drawn per iteration among the non-root workers.  The root's own update
+  needs no transfer (it is the accumulator); an aggregator's own update
+  is summed locally when it falls in its own group, sent like any other
+  when it does not.
+* *The get.*  Section 6 says only "get pulls the aggregated update from
+  root"; N - 1 copies out of the root's NIC would make its outgoing link
+  the bottleneck, which section 10.3 avoids with a distribution tree
+  "determined similar to the aggregation pattern".  We run Algorithm 3 on
+  the mirrored network (every node's outgoing rate taken as its incoming
+  one and back), where a worker -> relay -> root path crosses exactly the
+  links that root -> relay -> worker crosses in the real one, from when
+  the push plan has the sum at the root; the relays are the push's
+  aggregators.  As section 10.3 says, the root serves the k-th relay
+  first and goes backwards, the direct group last (send priorities; the
+  get has no start times: each copy leaves once its data is there).  A
+  relay gets the result from the root (its forward hop reversed); when it
+  is also listed in another relay's group that copy is not sent (every
+  rank receives the result exactly once).
+* *Rates*: only the monitor's lagged view; each iteration is planned on a
+  fresh network state (the iteration is synchronous: nothing of the last
+  one is still in flight when every update is ready).
+"""
+from .aggregation import aggregate_sync
+from .links import NetworkState
+from .ordering import Update
+
+PUSH, PULL = "push", "pull"
+
+
+class Hop:
+    """One transfer of an iteration (or, ``src == dst``, an aggregator's
+    own update summed locally).
+
+    Attributes:
+        tag: the message tag (None for a local sum).
+        src, dst: ranks.
+        kind: "push" (toward the root) or "pull" (the result back).
+        what: "update" (src's own), "sum" (an aggregator's group) or
+            "result" (the root's sum).
+        start: the planned first byte (push transfers), or None.
+        after: tags of the hops that must arrive at ``src`` first.
+        priority: lower leaves first among ``src``'s ready sends.
+    """
+
+    __slots__ = ("tag", "src", "dst", "kind", "what", "start", "after",
+                 "priority")
+
+    def __init__(self, tag, src, dst, kind, what, start=None, after=(),
+                 priority=0):
+        self.tag, self.src, self.dst, self.kind = tag, src, dst, kind
+        self.what, self.start, self.after = what, start, list(after)
+        self.priority = priority
+
+    def __repr__(self):
+        return (f"Hop({self.kind} {self.what} {self.src}->{self.dst}, "
+                f"tag={self.tag})")
+
+
+class TreePlan:
+    """One iteration's tree.
+
+    Attributes:
+        root: the rank that holds the sum.
+        push, pull: the :class:`~.aggregation.Aggregation` of each phase
+            (``pull`` on the mirrored network; its "updates" are the
+            ranks that receive).
+        hops: every :class:`Hop`, in an order that respects ``after``.
+        cost: when the plan has the result at every rank (monitor's view).
+        size: bytes of an update.
+    """
+
+    def __init__(self, root, push, pull, hops, cost, size):
+        self.root, self.push, self.pull = root, push, pull
+        self.hops, self.cost, self.size = hops, cost, size
+
+    def parents(self):
+        """{rank: where its update goes} of the push (aggregator or root);
+        aggregators' sums are under ("sum", rank)."""
+        out = {}
+        for grp in self.push.groups:
+            for g in grp.members:
+                out[g.worker] = self.root if grp.aggregator is None \
+                    else grp.aggregator
+            if grp.aggregator is not None:
+                out[("sum", grp.aggregator)] = self.root
+        return out
+
+    def sources(self):
+        """{rank: the rank it gets the result from} of the get."""
+        return {h.dst: h.src for h in self.hops if h.kind == PULL}
+
+    def shape(self):
+        """A hashable summary of the tree (for "did the tree change")."""
+        return (self.root, tuple(sorted((str(k), v) for k, v in
+                                        self.parents().items())),
+                tuple(sorted(self.sources().items())))
+
+
+def plan_tree(ready, out_rates, in_rates, root, aggregators, size,
+              now=0.0, first_tag=1):
+    """Plan one allreduce iteration (MLfabric section 6, with 5.2's
+    Algorithm 3 for the push and 10.3's distribution for the get).
+
+    Args:
+        ready: the ranks, in the order their updates became ready (the
+            root may be among them: it is skipped).
+        out_rates, in_rates: {rank: bytes/s} from the link monitor.
+        root: the rank that sums.
+        aggregators: k ranks (not the root), used in this order.
+        size: bytes of an update (and of the sum).
+        now: when the updates may start; first_tag: tags count from it.
+    Returns a :class:`TreePlan`.
+
+    Example::
+
+        plan = plan_tree([1, 2, 3], {r: 1e7 for r in range(4)},
+                         {0: 1e6, 1: 1e7, 2: 1e7, 3: 1e7}, root=0,
+                         aggregators=[1], size=1e6)
+        plan.parents()     # {1: 1, 2: 1, 3: 1, ("sum", 1): 0}
+    """
+    aggregators = [a for a in aggregators if a != root]
+    workers = [r for r in dict.fromkeys(ready) if r != root]
+    updates = [Update(r, r, float(size), 0, 0.0) for r in workers]
+    net = NetworkState(out_rates, in_rates, now)
+    push = aggregate_sync(updates, net, root, aggregators, now)
+    mirrored = NetworkState(in_rates, out_rates, push.cost)
+    pull = aggregate_sync(updates, mirrored, root, aggregators, push.cost)
+    hops = _HopList(first_tag)
+    into_root = _push_hops(push, root, hops)
+    _pull_hops(pull, root, hops, into_root)
+    return TreePlan(root, push, pull, hops.hops, pull.cost, float(size))
+
+
+class _HopList:
+    def __init__(self, first_tag):
+        self.hops, self.tag = [], first_tag
+
+    def add(self, src, dst, kind, what, start=None, after=(), priority=0):
+        tag = None
+        if src != dst:
+            tag, self.tag = self.tag, self.tag + 1
+        self.hops.append(Hop(tag, src, dst, kind, what, start, after,
+                             priority))
+        return tag
+
+
+def _push_hops(push, root, hops):
+    """The push's hops; returns the tags arriving at the root."""
+    into_root = []
+    for k, grp in enumerate(push.groups):
+        if grp.aggregator is None:
+            g, tr = grp.members[0], grp.forward
+            into_root.append(hops.add(g.worker, root, PUSH, "update",
+                                      _first_byte(tr), priority=k))
+            continue
+        a, members = grp.aggregator, []
+        for g, tr in zip(grp.members, grp.arrivals):
+            members.append(hops.add(g.worker, a, PUSH, "update",
+                                    _first_byte(tr), priority=k))
+        into_root.append(hops.add(a, root, PUSH, "sum",
+                                  _first_byte(grp.forward),
+                                  [t for t in members if t is not None], k))
+    return into_root
+
+
+def _pull_hops(pull, root, hops, into_root):
+    """The get: Algorithm 3's groups on the mirrored network, reversed in
+    time (section 10.3): the last relay is served first."""
+    relays = {grp.aggregator for grp in pull.groups} - {None}
+    served = len(pull.groups)
+    for k, grp in reversed(list(enumerate(pull.groups))):
+        prio = served - 1 - k
+        if grp.aggregator is None:
+            g = grp.members[0]
+            if g.worker not in relays:
+                hops.add(root, g.worker, PULL, "result", after=into_root,
+                         priority=prio)
+            continue
+        a = grp.aggregator
+        got = hops.add(root, a, PULL, "result", after=into_root,
+                       priority=prio)
+        for j, g in enumerate(reversed(grp.members)):
+            if g.worker != a and g.worker not in relays:
+                hops.add(a, g.worker, PULL, "result", after=[got],
+                         priority=j)
+
+
+def _first_byte(transfer):
+    """When a planned transfer first has bandwidth (None: local)."""
+    if transfer.src == transfer.dst:
+        return None
+    return transfer.points[0] if transfer.points else transfer.start

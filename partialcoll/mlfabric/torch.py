@@ -1,0 +1,213 @@
+"""A torch front end for MLfabric's parameter server (issue 14's "point it
+at their model and optimizer"): a ``torch.nn.Module``, a loss function,
+mini-batches and a ``torch.optim.SGD`` become the model interface of
+:func:`~.training.train` (``params``, ``gradient``, ``loss``) and its
+:class:`~.optim.SGD`.
+
+What moves is one 1-D float64 buffer: the module's parameters flattened
+in ``module.parameters()`` order (:class:`ParamMap`).  A worker copies
+the pulled model into its module, runs the loss and torch's backward and
+flattens the gradients; the server evaluates the loss with its model
+copied in; at the end every rank's module gets the server's final model.
+
+The optimizer: momentum lives at the workers, so that an aggregate is
+exactly its members applied one by one (:mod:`.optim`, the README's
+MLfabric section).  A ``torch.optim.SGD`` maps onto it: ``lr`` is the
+server's step, ``momentum`` each worker's history, ``weight_decay`` is
+added to the gradient on the worker (as torch does, before momentum).
+Refused, with the reason: other optimizers (Adam and the like keep
+per-coordinate state that a sum of several workers' updates cannot
+carry), Nesterov, dampening, ``maximize`` and parameter groups with
+different settings.  Module buffers (batch-norm statistics) are not
+trained: each rank keeps its own.
+
+This module needs torch (``pip install partialcoll[torch]``); importing
+it without torch raises ImportError.
+"""
+import numpy as np
+import torch
+
+from .optim import SGD
+
+
+class ParamMap:
+    """Where each parameter of a module lives in the flat buffer.
+
+    Example::
+
+        pmap = ParamMap(module)
+        flat = pmap.flatten()             # float64, pmap.size elements
+        pmap.unflatten(flat * 0.5)        # into the module's parameters
+        grad = pmap.flatten_grads()       # zeros where a grad is None
+    """
+
+    def __init__(self, module):
+        self.params = [p for p in module.parameters()]
+        if not self.params:
+            raise ValueError("the module has no parameters to train")
+        for p in self.params:
+            if not p.dtype.is_floating_point:
+                raise TypeError(f"parameter of dtype {p.dtype}: only "
+                                "floating-point parameters can be trained")
+        self.numels = [p.numel() for p in self.params]
+        self.offsets = np.concatenate([[0], np.cumsum(self.numels)])
+        self.size = int(self.offsets[-1])
+
+    def flatten(self):
+        """The parameters as one float64 array (a copy)."""
+        return self._gather([p.detach() for p in self.params])
+
+    def flatten_grads(self):
+        """The gradients as one float64 array (zero where None)."""
+        return self._gather([p.grad if p.grad is not None else
+                             torch.zeros_like(p) for p in self.params])
+
+    def _gather(self, tensors):
+        out = np.empty(self.size, dtype=np.float64)
+        for t, a, b in zip(tensors, self.offsets[:-1], self.offsets[1:]):
+            out[a:b] = t.detach().reshape(-1).cpu().double().numpy()
+        return out
+
+    def unflatten(self, flat):
+        """Copy ``flat`` (``size`` elements) into the parameters, each in
+        its own dtype and device."""
+        flat = np.asarray(flat).reshape(-1)
+        if flat.size != self.size:
+            raise ValueError(f"{flat.size} values for {self.size} "
+                             "parameters")
+        with torch.no_grad():
+            for p, a, b in zip(self.params, self.offsets[:-1],
+                               self.offsets[1:]):
+                p.copy_(torch.from_numpy(flat[a:b]).view(p.shape))
+
+
+def sgd_from_torch(optimizer):
+    """The mlfabric :class:`~.optim.SGD` for a ``torch.optim.SGD`` (or
+    an mlfabric SGD, returned as is), and the weight decay to add to the
+    gradients; raises TypeError / ValueError for what cannot be mapped.
+
+    Example::
+
+        opt, wd = sgd_from_torch(torch.optim.SGD(m.parameters(), lr=0.1,
+                                                 momentum=0.9))
+    """
+    if isinstance(optimizer, SGD):
+        return optimizer, 0.0
+    if not isinstance(optimizer, torch.optim.SGD):
+        raise TypeError(
+            f"{type(optimizer).__name__} is not supported: MLfabric's server "
+            "applies w -= lr * (sum of updates), which an aggregate of "
+            "several workers' updates computes exactly only for SGD with "
+            "momentum kept at the workers; use torch.optim.SGD or "
+            "partialcoll.mlfabric.SGD")
+    settings = {tuple(sorted((k, repr(v)) for k, v in g.items()
+                             if k != "params"))
+                for g in optimizer.param_groups}
+    if len(settings) != 1:
+        raise ValueError("parameter groups with different settings are not "
+                         "supported: the server has one learning rate")
+    g = optimizer.param_groups[0]
+    for key, ok in (("nesterov", False), ("dampening", 0),
+                    ("maximize", False)):
+        if g.get(key, ok) != ok:
+            raise ValueError(f"torch.optim.SGD({key}={g[key]!r}) is not "
+                             f"supported (momentum lives at the workers as "
+                             f"h <- momentum * h + g)")
+    lr = float(g["lr"].item() if torch.is_tensor(g["lr"]) else g["lr"])
+    return SGD(lr, float(g.get("momentum", 0.0))), \
+        float(g.get("weight_decay", 0.0))
+
+
+class TorchModel:
+    """A torch module as :func:`~.training.train`'s model.
+
+    Args:
+        module: the ``torch.nn.Module``.
+        loss_fn: ``loss_fn(module(inputs), targets)`` -> scalar tensor.
+        data: ``data(worker, step)`` -> (inputs, targets), or an iterable
+            of (inputs, targets) (each rank iterates its own, starting
+            again when it ends).
+        eval_data: (inputs, targets) the server's loss is evaluated on
+            (default: ``data``'s first batch on the server).
+        weight_decay: added to every gradient (w * decay).
+
+    Example::
+
+        model = TorchModel(net, torch.nn.functional.cross_entropy,
+                           lambda worker, step: batch(worker, step))
+        res = train(model, SGD(0.1, 0.9), tau_max=6, duration=10)
+    """
+
+    def __init__(self, module, loss_fn, data, eval_data=None,
+                 weight_decay=0.0):
+        self.module, self.loss_fn = module, loss_fn
+        self.map = ParamMap(module)
+        self.params = self.map.flatten()
+        self.weight_decay = float(weight_decay)
+        self._data, self._it = data, None
+        self._eval = eval_data
+
+    def batch(self, worker, step):
+        """The mini-batch of (worker, step)."""
+        if callable(self._data):
+            return self._data(worker, step)
+        if self._it is None:
+            self._it = iter(self._data)
+        try:
+            return next(self._it)
+        except StopIteration:
+            self._it = iter(self._data)
+            return next(self._it)
+
+    def gradient(self, params, worker, step):
+        """torch's backward on one mini-batch at ``params``."""
+        self.map.unflatten(params)
+        self.module.zero_grad(set_to_none=True)
+        inputs, targets = self.batch(worker, step)
+        self.loss_fn(self.module(inputs), targets).backward()
+        grad = self.map.flatten_grads()
+        if self.weight_decay:
+            grad += self.weight_decay * np.asarray(params)
+        return grad
+
+    def loss(self, params):
+        """The loss on ``eval_data`` at ``params``."""
+        if self._eval is None:
+            self._eval = self.batch(0, 0)
+        self.map.unflatten(params)
+        inputs, targets = self._eval
+        with torch.no_grad():
+            return float(self.loss_fn(self.module(inputs), targets))
+
+
+def train_torch(module, loss_fn, data, optimizer, comm=None,
+                mode="mlfabric", eval_data=None, **settings):
+    """:func:`~.training.train` for a torch module; at the end the
+    server's final model is copied into ``module`` on every rank.
+
+    Args:
+        module, loss_fn, data, eval_data: see :class:`TorchModel`.
+        optimizer: a ``torch.optim.SGD`` over the module's parameters
+            (see :func:`sgd_from_torch` for what maps and what is
+            refused) or a :class:`~.optim.SGD`.
+        comm, mode, settings: as for :func:`~.training.train`.
+    Returns its :class:`~.training.RunResult`.
+
+    Example::
+
+        net = torch.nn.Linear(16, 4)
+        opt = torch.optim.SGD(net.parameters(), lr=0.5, momentum=0.5)
+        res = train_torch(net, torch.nn.functional.cross_entropy,
+                          lambda w, s: batch(w, s), opt, tau_max=6,
+                          aggregators=2, duration=5.0)
+        res.losses[-1], res.invariants      # net now holds the model
+    """
+    from .training import train
+    sgd, decay = sgd_from_torch(optimizer)
+    model = TorchModel(module, loss_fn, data, eval_data, decay)
+    res = train(model, sgd, comm=comm, mode=mode, **settings)
+    model.map.unflatten(res.params)
+    return res
+
+
+__all__ = ["ParamMap", "TorchModel", "sgd_from_torch", "train_torch"]
