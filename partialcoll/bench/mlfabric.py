@@ -140,11 +140,12 @@ def _one(args, scheme, stragglers, seed, comm):
 
 
 def _lr(args, scheme, N):
-    """The parameter server applies each update at ``lr``; the synchronous
-    schemes (ring, tree, MLfabric-S and -AR) apply the mean of N, so with ``--sync-lr scaled`` they use
-    lr x N (the linear scaling rule): every scheme then moves the model as
-    far per update and differs only in staleness, drops and waiting, which
-    is what the comparison is about."""
+    """The parameter server applies each update at ``lr``; the
+    synchronous schemes (ring, tree, MLfabric-S and -AR) apply the mean of
+    N, so with ``--sync-lr scaled`` they use lr x N (the linear scaling
+    rule): every scheme then moves the model as far per update and differs
+    only in staleness, drops and waiting, which is what the comparison is
+    about."""
     sync = scheme in ("ring", "tree", "mlfabric-s", "mlfabric-ar")
     return args.lr * N if sync and args.sync_lr == "scaled" else args.lr
 
