@@ -71,7 +71,7 @@ def test_send_order_changes_every_call_and_is_seeded():
             pc.timeline.disable()
         released = {}
         for e in pc.timeline.events():
-            if e["ev"] == "released" and e["sched"] == a._sched.serial:
+            if e["ev"] == "released":    # b sent nothing: all a's
                 released.setdefault((e["round"], e["tag"]), []).append(
                     e["peer"])
     pc.timeline.clear()
@@ -109,12 +109,11 @@ def test_tail_drops_do_not_always_hit_the_same_links(net):
             for _ in range(30):
                 avg(np.full(n, float(RANK)))
             share = avg.stats()["rs_delivered_share"]
-            serial = avg._sched.serial
     finally:
         pc.timeline.disable()
     delivered = {}                   # (tag, peer) -> blocks that came
     for e in pc.timeline.events():
-        if e["sched"] == serial and e["ev"] in ("delivered", "dropped"):
+        if e["ev"] in ("delivered", "dropped"):    # only RPS receives
             key = (e["tag"], e["peer"])
             delivered[key] = delivered.get(key, 0) + (e["ev"] == "delivered")
     pc.timeline.clear()
