@@ -280,6 +280,7 @@ def plot(rows, path, setting):
                         textcoords="offset points", xytext=(4, 4),
                         fontsize=7)
     ax.set_yscale("log")
+    ax.margins(x=0.12, y=0.2)          # room for the labels
     ax.set_xlabel("final training loss (average model, mean over seeds)")
     ax.set_ylabel("service latency (ms, network clock)")
     ax.grid(alpha=0.3)

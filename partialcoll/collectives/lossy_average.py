@@ -23,7 +23,7 @@ A fixed order (peer 0 first) would make every rank lose the same links every
 call: with P = 4 and room for two of three blocks, rank 3 received nothing,
 ever, and trained alone while pulling the others towards it (bench/
 RESULTS.md, issue 16).  So every call draws, per rank and per phase, a fresh
-order of the peers (:meth:`RPSAverage.send_order`, seeded by (seed, call,
+order of the peers (``RPSAverage.send_order``, seeded by (seed, call,
 rank): the same in every run), which the schedule reads as its sends'
 priorities.  With independent drops (the paper's model) the order changes
 nothing but the timing.
