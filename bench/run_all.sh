@@ -22,7 +22,7 @@ timeout 600 mpiexec -n 3 partialcoll-bench netcal --csv bench/out/netcal_np3.csv
 # the colocated-service case study
 timeout 1200 mpiexec -n 4 partialcoll-bench rps --csv bench/out/rps4.csv --plot bench/rps_np4.png | tee bench/out/rps4.txt
 timeout 1800 mpiexec -n 8 partialcoll-bench rps --csv bench/out/rps8.csv --plot bench/rps_np8.png | tee bench/out/rps8.txt
-timeout 1800 mpiexec -n 4 partialcoll-bench rps --colocated --iters 300 --hidden 128 --csv bench/out/rps_colocated4.csv | tee bench/out/rps_colocated4.txt
+timeout 3000 mpiexec -n 4 partialcoll-bench rps --colocated --iters 300 --hidden 128 --seeds 3 --csv bench/out/rps_colocated4.csv --plot bench/rps_colocated_np4.png | tee bench/out/rps_colocated4.txt
 # network-aware PS load distribution (issue 17), 8 ranks
 timeout 1800 mpiexec -n 8 partialcoll-bench aware --csv bench/out/aware8.csv --plot bench/aware_np8.png | tee bench/out/aware8.txt
 # MLfabric's scheduler time per batch (issue 14), one process, about a minute

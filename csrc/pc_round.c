@@ -66,6 +66,8 @@ static void ready(pc_sched *s, int i, int skip)
     pc_op *op = &s->ops[i];
     op->state = OP_ACTIVE;
     op->skip = skip;
+    if (op->prslot >= 0)        /* this round's priority (see pc_sched.h) */
+        op->prio = (int)*(int64_t *)pc_addr(s, op->prslot, op->proff);
     heap_push(s, i);
     if (pc_tl_on)
         pc_tl_op(PC_EV_READY, s, i, 0);

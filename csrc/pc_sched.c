@@ -90,6 +90,8 @@ static int parse_op(pc_sched *s, int i, const int64_t *d, int64_t ndeps,
     op->poff = d[PC_D_POFF];
     op->ref = (int)d[PC_D_REF];
     op->add = (int)d[PC_D_ADD];
+    op->prslot = (int)d[PC_D_PRSLOT];
+    op->proff = d[PC_D_PROFF];
     op->req = -1;
     if (op->kind < 0 || op->kind >= PC_NKINDS)
         FAIL(PC_EINVAL, "op %d: unknown kind %d", i, op->kind);
@@ -159,6 +161,8 @@ static int parse_op(pc_sched *s, int i, const int64_t *d, int64_t ndeps,
     if (op->pslot >= 0 && (!takes_param(op->kind) || op->pslot >= nslots ||
                            op->poff < 0))
         FAIL(PC_EINVAL, "op %d: bad parameter slot %d", i, op->pslot);
+    if (op->prslot >= 0 && (op->prslot >= nslots || op->proff < 0))
+        FAIL(PC_EINVAL, "op %d: bad priority slot %d", i, op->prslot);
     if (op->kind == PC_SEND || op->kind == PC_RECV) {
         if (op->peer < 0 || op->peer >= size)
             FAIL(PC_EINVAL, "op %d: peer %d not in communicator of size %d",
@@ -417,6 +421,10 @@ int pc_sched_check_buffers(pc_sched *s, char *err, size_t errlen)
         int rc;
         if (op->pslot >= 0 &&
             (rc = check_slot(s, i, op->pslot, op->poff, 8, "parameter", err,
+                             errlen)) != PC_OK)
+            return rc;
+        if (op->prslot >= 0 &&
+            (rc = check_slot(s, i, op->prslot, op->proff, 8, "priority", err,
                              errlen)) != PC_OK)
             return rc;
         if (!uses_a(op->kind) || (op->flags & PC_F_STAMPED))

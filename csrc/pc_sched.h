@@ -55,7 +55,10 @@
  *   input in the same round) is discarded and counted.
  *
  * Start order
- *   Ready ops start lowest `prio` first, ties in index order.  Ops that
+ *   Ready ops start lowest `prio` first, ties in index order.  An op's
+ *   `prio` may be read from a slot (one int64, `prslot`) each time the op
+ *   becomes ready, so one schedule can start the same ops in a different
+ *   order every round (RPS draws a fresh send order per call).  Ops that
  *   become ready together start in that order, and device ops complete in
  *   queue order, so builders may split a message into pieces with the same
  *   peer and tag: both sides post them in order and MPI's non-overtaking rule
@@ -147,7 +150,7 @@ enum { PC_D_KIND, PC_D_MODE, PC_D_FLAGS, PC_D_ASLOT, PC_D_AOFF, PC_D_BSLOT,
        PC_D_BOFF, PC_D_COUNT, PC_D_DTYPE, PC_D_REDOP, PC_D_PEER, PC_D_TAG,
        PC_D_PRIO, PC_D_NDEPS, PC_D_DEPOFF, PC_D_NEED, PC_D_TIMEOUT,
        PC_D_TCLASS, PC_D_ORDER, PC_D_VALUE, PC_D_PSLOT, PC_D_POFF, PC_D_REF,
-       PC_D_ADD, PC_DESC_LEN };
+       PC_D_ADD, PC_D_PRSLOT, PC_D_PROFF, PC_DESC_LEN };
 
 /* ---- datatypes and reduction operators (pc_types.c) */
 enum { PC_INT8, PC_INT16, PC_INT32, PC_INT64, PC_UINT8, PC_UINT16, PC_UINT32,
@@ -201,6 +204,9 @@ typedef struct pc_op {
     int64_t order;            /* counter-gate position; -1 none */
     int pslot;                /* parameter slot (-1: use the constants) */
     int64_t poff;
+    int prslot;               /* slot `prio` is read from when ready (-1:
+                                 the constant) */
+    int64_t proff;
     int ref, add;             /* SCALE */
     /* runtime state, touched only under the progress lock */
     int ndone, nok, nfail;    /* inputs completed this round: any, OK, failed */

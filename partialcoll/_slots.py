@@ -85,6 +85,23 @@ def _param(value, dtype, what):
     return int(value), None
 
 
+def _priority(value):
+    """An op's priority: an int, or one int64 element of a slot read each
+    time the op becomes ready (a different start order every round).
+    Returns (constant, BufRef or None)."""
+    if isinstance(value, (Slot, BufRef)):
+        ref = _ref(value)
+        if ref.count != 1 or ref.slot.dtype != np.dtype(np.int64) or \
+                ref.slot.device:
+            raise ScheduleError("priority from a buffer takes one host int64 "
+                                "element, e.g. slot[i:i+1]")
+        return 0, ref
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise ScheduleError(f"priority must be an int or slot[i:i+1], got "
+                            f"{value!r}")
+    return int(value), None
+
+
 class RoundOutcomes:
     """How every op of a schedule ended in its last completed round.
 

@@ -51,7 +51,7 @@ from . import _device
 from ._errors import ScheduleError, ScheduleFreedError, require_thread_multiple
 from .ops import OPS, as_op, check_op_dtype, dtype_code
 from ._slots import (DEVICE, HOST, OUTCOMES, BufRef, RoundOutcomes,  # noqa: F401
-                     Slot, _DataLock, _nanoseconds, _param, _ref)
+                     Slot, _DataLock, _nanoseconds, _param, _priority, _ref)
 
 SUM = OPS["SUM"]
 
@@ -190,11 +190,13 @@ class Schedule:
         if kind == _C["REDUCE"] and a.slot.space != b.slot.space:
             raise ScheduleError(f"a reduction cannot mix host and device "
                                 f"buffers ({a} and {b})")
+        priority, prio_param = _priority(self.priority if priority is None
+                                         else priority)
         self._ops.append(dict(kind=kind, deps=[int(d) for d in deps], mode=mode,
                               optional=optional, stamped=stamped, a=a, b=b,
                               op=op, peer=int(peer), tag=int(tag),
-                              priority=int(self.priority if priority is None
-                                           else priority), need=need or 0,
+                              priority=priority, prio_param=prio_param,
+                              need=need or 0,
                               locked=locked, delivered=bool(delivered),
                               **extra))
         return len(self._ops) - 1
@@ -221,11 +223,13 @@ class Schedule:
         messages).  ``priority``: ready ops start lowest number first, and
         when a cap on sends in flight per destination is set
         (:func:`partialcoll.set_send_cap`) queued sends leave lowest number
-        first.  ``order=k`` (an int, or a one-element int64 ``slot[i:i+1]``
-        read each round): the send leaves only after this schedule released
-        k earlier ordered sends to ``peer`` in the round (a counter gate;
-        number them 0..n-1 per peer).  ``traffic_class`` picks the emulated
-        network's drop probability (:mod:`partialcoll.network`)."""
+        first; an int, or an int64 ``slot[i:i+1]`` read each time the op
+        becomes ready (any op takes one).  ``order=k`` (an int, or a
+        one-element int64 ``slot[i:i+1]`` read each round): the send leaves
+        only after this schedule released k earlier ordered sends to
+        ``peer`` in the round (a counter gate; number them 0..n-1 per peer).
+        ``traffic_class`` picks the emulated network's drop probability
+        (:mod:`partialcoll.network`)."""
         a = None if stamped else _ref(buf)
         order, param = _param(order, np.int64, "order")
         if stamped and (order >= 0 or param is not None):
@@ -384,7 +388,7 @@ class Schedule:
     def _descriptors(self):
         desc = np.zeros((len(self._ops), _C["DESC_LEN"]), dtype=np.int64)
         desc[:, [_C["D_TIMEOUT"], _C["D_ORDER"], _C["D_PSLOT"], _C["D_REF"],
-                 _C["D_ASLOT"], _C["D_BSLOT"]]] = -1
+                 _C["D_ASLOT"], _C["D_BSLOT"], _C["D_PRSLOT"]]] = -1
         deps = []
         for i, o in enumerate(self._ops):
             row = desc[i]
@@ -418,6 +422,10 @@ class Schedule:
             if param is not None:
                 row[_C["D_PSLOT"]] = param.slot.index
                 row[_C["D_POFF"]] = param.start * param.slot.dtype.itemsize
+            prio = o["prio_param"]
+            if prio is not None:
+                row[_C["D_PRSLOT"]] = prio.slot.index
+                row[_C["D_PROFF"]] = prio.start * prio.slot.dtype.itemsize
             row[_C["D_REF"]] = o.get("ref", -1)
             row[_C["D_ADD"]] = o.get("add", 0)
             deps.extend(o["deps"])

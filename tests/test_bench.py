@@ -8,7 +8,7 @@ import pytest
 from mpi4py import MPI
 
 from partialcoll.bench import (aware, hyperplane, latency, lstm, netcal,
-                               overhead, overlap, rps, sweep)
+                               overhead, overlap, rps, rps_colocated, sweep)
 
 pytestmark = pytest.mark.mpi
 
@@ -97,6 +97,49 @@ def test_netcal_rps_and_aware_benchmarks_run():
         "--slice", "20000"]))
     if MPI.COMM_WORLD.rank == 0:
         assert {r["part"] for r in rows} >= {"schemes", "overhead"}
+
+
+@pytest.mark.max_ranks(4)
+def test_rps_colocated_benchmark_runs(rank_tmp):
+    """A tiny run of the case study beside a service: one row per buffer,
+    latencies from the network's clock (positive, at least a transfer's
+    time), the smallest buffer drops every learning message, and the plot
+    is drawn again from the CSV."""
+    P = MPI.COMM_WORLD.size
+    if P < 2:
+        pytest.skip("needs two ranks (a service between them)")
+    out, png = rank_tmp / "co.csv", rank_tmp / "co.png"
+    rows = rps.run(args_for(rps, [
+        "--colocated", "--iters", "4", "--every", "2", "--hidden", "16",
+        "--seeds", "1", "--buffers", "1 KB,unlimited", "--horizon", "3",
+        "--service-rate", "50", "--csv", str(out)]))
+    if MPI.COMM_WORLD.rank == 0:
+        assert [r["buffer"] for r in rows] == ["1 KB", "unlimited"]
+        assert rows[0]["learning_dropped"] == pytest.approx(1.0)
+        assert rows[1]["learning_dropped"] == pytest.approx(0.0, abs=1e-9)
+        for r in rows:
+            assert r["messages"] > 0 and r["loss"] > 0
+            # 2 KB at 4 MB/s: 0.5 ms at the least
+            assert 0.45 < r["service_p50_ms"] <= r["service_p99_ms"] < 1e3
+        again = rps.run(args_for(rps, ["--colocated", "--from-csv", str(out),
+                                       "--plot", str(png)]))
+        assert [r["loss"] for r in again] == pytest.approx(
+            [r["loss"] for r in rows])
+        assert png.exists() or rps_colocated.pyplot() is None
+
+
+def test_rps_loss_is_the_average_model_on_all_data():
+    """The rps benchmarks' loss (both tables) is the loss of the ranks'
+    average model on the whole training set, not each rank's own."""
+    comm = MPI.COMM_WORLD
+    X, y = rps.digits()
+    params = rps.MLP(8, seed=comm.rank).params       # a different model each
+    got = rps.evaluate(params, X, y, comm)
+    mean = [sum(rps.MLP(8, seed=r).params[k] for r in range(comm.size)) /
+            comm.size for k in range(4)]
+    assert got == pytest.approx(rps.MLP.loss(mean, X, y), rel=1e-12)
+    if comm.size > 1:
+        assert got != pytest.approx(rps.MLP.loss(params, X, y), rel=1e-6)
 
 
 @pytest.mark.max_ranks(4)

@@ -54,6 +54,74 @@ def test_owners_change_every_iteration_and_agree_across_ranks():
     assert all(o == owners for o in everyone)
 
 
+def test_send_order_changes_every_call_and_is_seeded():
+    """Each call draws this rank's send order per phase from (seed, call,
+    rank): a permutation of the other ranks, not always the same, the same
+    for the same seed; and the sends leave in that order."""
+    x = np.zeros(4 * P + 3)
+    with pc.RPSAverage(x, seed=7) as a, pc.RPSAverage(x, seed=7) as b:
+        orders = [a.send_order(k) for k in range(12)]
+        again = [b.send_order(k) for k in range(12)]
+        pc.timeline.clear()
+        pc.timeline.enable()
+        try:
+            for _ in range(4):
+                a(x)
+        finally:
+            pc.timeline.disable()
+        released = {}
+        for e in pc.timeline.events():
+            if e["ev"] == "released":    # b sent nothing: all a's
+                released.setdefault((e["round"], e["tag"]), []).append(
+                    e["peer"])
+    pc.timeline.clear()
+    others = sorted(set(range(P)) - {RANK})
+    for (rs, ag), (rs2, ag2) in zip(orders, again):
+        assert sorted(rs) == others and sorted(ag) == others
+        assert list(rs) == list(rs2) and list(ag) == list(ag2)
+    if P > 2:
+        assert len({tuple(rs) for rs, _ in orders}) > 1
+        assert len({tuple(ag) for _, ag in orders}) > 1
+    if P > 1:
+        tags = sorted({t for _, t in released})
+        assert len(tags) == 2
+        for rnd in range(4):
+            rs, ag = orders[rnd]
+            assert released[rnd, tags[0]] == list(rs)
+            assert released[rnd, tags[1]] == list(ag)
+
+
+def test_tail_drops_do_not_always_hit_the_same_links(net):
+    """A low-priority buffer with room for one block of P - 1: each burst
+    loses its last sends.  With a fresh order per call every link delivers
+    some blocks in both phases (with peer 0 always first, rank P - 1 got
+    nothing, ever, and trained alone)."""
+    if P < 3:
+        pytest.skip("needs three ranks (one peer has no order)")
+    comm = net({"default": {"out_rate": "4 MB/s", "in_rate": "4 MB/s"},
+                "class": {"1": {"priority": "low"}},
+                "priority": {"low_buffer": "12 KB"}})
+    n = 1000 * P                     # 8 KB blocks
+    pc.timeline.clear()
+    pc.timeline.enable()
+    try:
+        with pc.RPSAverage(np.zeros(n), comm=comm, seed=1) as avg:
+            for _ in range(30):
+                avg(np.full(n, float(RANK)))
+            share = avg.stats()["rs_delivered_share"]
+    finally:
+        pc.timeline.disable()
+    delivered = {}                   # (tag, peer) -> blocks that came
+    for e in pc.timeline.events():
+        if e["ev"] in ("delivered", "dropped"):    # only RPS receives
+            key = (e["tag"], e["peer"])
+            delivered[key] = delivered.get(key, 0) + (e["ev"] == "delivered")
+    pc.timeline.clear()
+    assert 0 < share < 0.75          # the buffer did drop
+    assert len(delivered) == 2 * (P - 1), delivered
+    assert min(delivered.values()) > 0, delivered
+
+
 def subset_sum(v, k, owner):
     """Is v * k the sum of k distinct powers 2^i including 2^owner?"""
     m = round(v * k)

@@ -129,7 +129,7 @@ def test_nop_chain_and_non_persistent_reposting():
 def test_cycle_is_rejected_by_the_core():
     C = _core.constants()
     desc = np.zeros((2, C["DESC_LEN"]), np.int64)
-    for field in ("D_TIMEOUT", "D_ORDER", "D_PSLOT", "D_REF"):
+    for field in ("D_TIMEOUT", "D_ORDER", "D_PSLOT", "D_REF", "D_PRSLOT"):
         desc[:, C[field]] = -1      # "none"
     desc[:, C["D_NDEPS"]] = 1       # one dependency each
     desc[0, C["D_DEPOFF"]], desc[1, C["D_DEPOFF"]] = 0, 1
@@ -296,4 +296,42 @@ def test_locked_chain_is_atomic_for_the_application():
     s.wait(round=2000 // 7 + 1, timeout=10)
     with s.data_lock():
         assert total[0] + pend[0] == 2000
+    s.free()
+
+
+def test_priority_read_from_a_slot_orders_every_round():
+    """Ops whose priority is an int64 slot element start in this round's
+    order (lowest first, ties by index), read when they become ready."""
+    s = pc.Schedule(MPI.COMM_SELF)
+    prio = np.zeros(4, np.int64)
+    slot = s.buffer(prio)
+    for k in range(4):
+        s.delay(0.0, priority=slot[k:k + 1])
+    try:
+        for order in ([0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1], [-5, 7, 0, -1],
+                      [1, 1, 0, 0]):
+            prio[:] = order
+            pc.timeline.clear()
+            pc.timeline.enable()
+            s.post().wait(timeout=10)
+            pc.timeline.disable()
+            started = [e["op"] for e in pc.timeline.events()
+                       if e["ev"] == "start" and e["sched"] == s.serial]
+            assert started == list(np.argsort(order, kind="stable")), order
+    finally:
+        pc.timeline.disable()
+        pc.timeline.clear()
+        s.free()
+
+
+def test_priority_slot_must_be_one_host_int64():
+    s = pc.Schedule(MPI.COMM_SELF)
+    f = s.buffer(np.zeros(2))
+    i = s.buffer(np.zeros(2, np.int64))
+    with pytest.raises(pc.ScheduleError, match="priority"):
+        s.delay(0.0, priority=f[0:1])
+    with pytest.raises(pc.ScheduleError, match="priority"):
+        s.delay(0.0, priority=i[0:2])
+    with pytest.raises(pc.ScheduleError, match="priority"):
+        s.delay(0.0, priority=1.5)
     s.free()

@@ -125,7 +125,7 @@ def train(algo, p, seed, args, X, y, comm):
     losses = []
     for it in range(args.iters + 1):
         if it % args.every == 0:
-            losses.append(MLP.loss(mean_model(model.params, comm), X, y))
+            losses.append(evaluate(model.params, X, y, comm))
         if it == args.iters:
             break
         idx = order.choice(shard, args.batch, replace=False)
@@ -153,6 +153,13 @@ def train(algo, p, seed, args, X, y, comm):
                                 st["ag_delivered_share"]) / 2) / P
         avg.close()
     return losses, spread, share
+
+
+def evaluate(params, X, y, comm):
+    """The benchmark's loss: the training loss, on the whole training set,
+    of the average of the ranks' models (not a rank's own model on its own
+    shard).  Collective."""
+    return MLP.loss(mean_model(params, comm), X, y)
 
 
 def mean_model(params, comm):

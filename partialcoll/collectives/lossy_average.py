@@ -16,6 +16,18 @@ Reliable Parameter Server's averaging step.  Every message may be lost
     allgather        owner(j) sends the averaged block j to every rank; a rank
                      that does not receive it keeps its own block j
 
+Send order: a rank's P - 1 sends of a phase all become ready at once, and
+the order they leave in decides which are lost when the drops come from a
+finite buffer (the emulated network's tail drop: the last ones do not fit).
+A fixed order (peer 0 first) would make every rank lose the same links every
+call: with P = 4 and room for two of three blocks, rank 3 received nothing,
+ever, and trained alone while pulling the others towards it (bench/
+RESULTS.md, issue 16).  So every call draws, per rank and per phase, a fresh
+order of the peers (``RPSAverage.send_order``, seeded by (seed, call,
+rank): the same in every run), which the schedule reads as its sends'
+priorities.  With independent drops (the paper's model) the order changes
+nothing but the timing.
+
 Implementation: one non-persistent schedule per rank, posted by every call.
 Its peers never change: rank r always averages *slot* r.  A call copies
 block perm^-1(q) of the vector into slot q of a staging buffer (slots of
@@ -139,6 +151,8 @@ class RPSAverage:
         rs = s.buffer(np.zeros(P * b, self.dtype), name="rs_in")
         ag = s.buffer(np.zeros(P * b, self.dtype), name="ag_in")
         mine = work[r * b:(r + 1) * b]
+        self._prio = np.zeros(2 * P, np.int64)   # send order, per call
+        prio = s.buffer(self._prio, name="send_order")
         t_rs = None if self.timeout is None else self.timeout
         t_ag = None if self.timeout is None else 2 * self.timeout
         sent, recvs, reds = {}, [], []
@@ -146,7 +160,8 @@ class RPSAverage:
             if q == r:
                 continue
             sent[q] = s.send(work[q * b:(q + 1) * b], q, tag=tag,
-                             traffic_class=self.tclass)
+                             traffic_class=self.tclass,
+                             priority=prio[q:q + 1])
             rv = s.recv(rs[q * b:(q + 1) * b], q, tag=tag, timeout=t_rs,
                         traffic_class=self.tclass)
             recvs.append(rv)
@@ -160,7 +175,7 @@ class RPSAverage:
             if q == r:
                 continue
             s.send(mine, q, tag=tag + 1, after=[avg],
-                   traffic_class=self.tclass)
+                   traffic_class=self.tclass, priority=prio[P + q:P + q + 1])
             rv = s.recv(ag[q * b:(q + 1) * b], q, tag=tag + 1, timeout=t_ag,
                         traffic_class=self.tclass)
             got.append(rv)
@@ -175,6 +190,24 @@ class RPSAverage:
         permutation drawn from (seed, rnd), the same on every rank)."""
         return np.random.default_rng([self.seed, rnd]).permutation(self.size)
 
+    def send_order(self, rnd):
+        """(reduce-scatter, allgather): the peers this rank sends to in call
+        ``rnd``, in the order its sends leave; two permutations drawn from
+        (seed, rnd, rank), the same in every run (see the module
+        docstring)."""
+        rng = np.random.default_rng([self.seed, rnd, 1, self.rank])
+        peers = np.array([q for q in range(self.size) if q != self.rank],
+                         dtype=int)
+        return rng.permutation(peers), rng.permutation(peers)
+
+    def _set_send_order(self, rnd):
+        """Priorities -(P - 1) .. -1 in send order: before the receives
+        (priority 0), as the fixed order had them."""
+        P = self.size
+        for phase, order in enumerate(self.send_order(rnd)):
+            for k, q in enumerate(order):
+                self._prio[phase * P + q] = k - (P - 1)
+
     # -- calls ----------------------------------------------------------
     def __call__(self, x):
         """Average ``x`` (a float array of the object's size) in place over
@@ -186,6 +219,7 @@ class RPSAverage:
         info = RPSRound(self._round, owners, 1, 0, 0)
         if self._sched is not None:
             self._lc.before_collective()
+            self._set_send_order(self._round)
             b, work, off = self.width, self._work, self.offsets
             for j, q in enumerate(owners):       # block j -> slot owner(j)
                 c = self.counts[j]
