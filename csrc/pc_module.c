@@ -2,6 +2,9 @@
  * emulated network, the timeline) and the constants of the C core.  The
  * Sched type is in pc_pysched.c. */
 #include "pc_module.h"
+#include "pc_netem.h"
+
+#include <math.h>
 
 static PyObject *exc_for_code[PC_NCODES];   /* set by partialcoll._errors */
 
@@ -100,6 +103,60 @@ static PyObject *mod_set_network(PyObject *m, PyObject *args)
     if (rc != PC_OK)
         return pc_raise(rc, err);
     return PyUnicode_FromString(pc_engine_transport_name());
+}
+
+/* netem_model(config, t0, t, msgs, now) -> (time, [(state, left, t_end)]):
+ * the emulated network's fluid model alone, advanced from t to now with
+ * msgs [(src, dst, level, bytes, left)] in its channels (tests) */
+static PyObject *mod_netem_model(PyObject *m, PyObject *args)
+{
+    (void)m;
+    const char *config;
+    double t0, t, now;
+    PyObject *seq;
+    char err[512] = "";
+    if (!PyArg_ParseTuple(args, "sddOd", &config, &t0, &t, &seq, &now))
+        return NULL;
+    PyObject *fast = PySequence_Fast(seq, "msgs must be a sequence");
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    double *msgs = calloc((size_t)n * 5 + 1, sizeof(double));
+    double *out = calloc((size_t)n * 3 + 1, sizeof(double));
+    PyObject *res = NULL;
+    if (!msgs || !out) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, k);
+        double *x = msgs + 5 * k;
+        if (!PyArg_ParseTuple(item, "ddddd", x, x + 1, x + 2, x + 3, x + 4))
+            goto done;
+    }
+    double after = netem_model_probe(config, t0, t, msgs, (int)n, now, out,
+                                     err, sizeof err);
+    if (isnan(after)) {
+        pc_raise(PC_EINVAL, err);
+        goto done;
+    }
+    PyObject *list = PyList_New(n);
+    for (Py_ssize_t k = 0; list && k < n; k++) {
+        PyObject *e = Py_BuildValue("(idd)", (int)out[3 * k], out[3 * k + 1],
+                                    out[3 * k + 2]);
+        if (!e) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, k, e);
+    }
+    if (list)
+        res = Py_BuildValue("(dN)", after, list);
+done:
+    free(msgs);
+    free(out);
+    Py_DECREF(fast);
+    return res;
 }
 
 /* network_rate(rank, nic, t) -> (bytes/s, the network's time zero) */
@@ -297,6 +354,8 @@ static PyMethodDef mod_methods[] = {
     {"set_network", mod_set_network, METH_VARARGS,
      "set_network(config) -> transport name"},
     {"engine_stats", mod_engine_stats, METH_NOARGS, "engine counters"},
+    {"netem_model", mod_netem_model, METH_VARARGS,
+     "netem_model(config, t0, t, msgs, now) -> (time, states) (tests)"},
     {"network_rate", mod_network_rate, METH_VARARGS,
      "network_rate(rank, nic, t) -> (rate, t0): the emulated NIC's rate"},
     {"timeline_enable", mod_timeline_enable, METH_VARARGS,

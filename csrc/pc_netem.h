@@ -129,5 +129,9 @@ double netem_next_finish(const netem_config *c, netem_shm *S, int src);
 /* the rate of a NIC at time t */
 double netem_rate(const netem_config *c, double t0, int rank, int nic,
                   double t);
+/* the model alone on a private segment, for tests (pc_netem_model.c) */
+double netem_model_probe(const char *config, double t0, double t,
+                         const double *msgs, int n, double now, double *out,
+                         char *err, int errlen);
 
 #endif

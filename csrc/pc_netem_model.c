@@ -300,7 +300,7 @@ static double next_boundary(const netem_config *c, double t0, double t)
 /* Scratch for the flows on the wire.  The model runs under the engine's
  * progress lock (one thread per process), so one set of buffers serves. */
 static int *flow_buf;
-static double *rate_buf;
+static double *rate_buf, *finish_buf;
 static char *frozen_buf;
 static int flow_cap;
 
@@ -314,10 +314,13 @@ static int scratch(int n)
     double *r = realloc(rate_buf, n * sizeof(double));
     if (r)
         rate_buf = r;
+    double *e = realloc(finish_buf, n * sizeof(double));
+    if (e)
+        finish_buf = e;
     char *z = realloc(frozen_buf, n);
     if (z)
         frozen_buf = z;
-    if (!f || !r || !z)
+    if (!f || !r || !e || !z)
         return -1;
     flow_cap = n;
     return 0;
@@ -373,13 +376,23 @@ static netem_ent *head_of(netem_chan *ch)
                            : NULL;
 }
 
+/* Event by event: the next event is the first end of a message on the
+ * wire (or a trace's redraw); every flow moves rate x step.  A flow whose
+ * end the step reaches is over there, whatever rounding left of its
+ * bytes: times are absolute CLOCK_MONOTONIC seconds, so a step is a
+ * multiple of the clock's resolution at t (7e-12 s after 9 hours of
+ * uptime), and rate x step can miss the bytes left by a millibyte at a
+ * few hundred MB/s.  Judged by its bytes alone, such a remainder (above
+ * the tolerance, below half a step: t + left / rate == t) made the next
+ * event t itself, forever: the model stood still and every message on
+ * the network with it. */
 void netem_advance(const netem_config *c, netem_shm *S, double now)
 {
     int P = c->P, nf, nch = P * P * NETEM_NLEVEL;
     if (scratch(nch) < 0)
         return;                /* no memory: the model waits (never wrong) */
     int *flow = flow_buf;
-    double *rate = rate_buf;
+    double *rate = rate_buf, *finish = finish_buf;
     for (int guard = 0; guard < 1000000; guard++) {
         double t = S->t_model;
         if (now <= t)
@@ -396,14 +409,15 @@ void netem_advance(const netem_config *c, netem_shm *S, double now)
         double t_evt = next_boundary(c, S->t0, t);
         for (int f = 0; f < nf; f++) {
             netem_ent *e = head_of(&S->ch[flow[f]]);
-            double tf = rate[f] > 0 ? t + e->left / rate[f] : INFINITY;
-            if (tf < t_evt)
-                t_evt = tf;
+            finish[f] = rate[f] > 0 ? t + e->left / rate[f] : INFINITY;
+            if (finish[f] < t_evt)
+                t_evt = finish[f];
         }
         double until = t_evt < now ? t_evt : now;
         for (int f = 0; f < nf; f++) {
             netem_ent *e = head_of(&S->ch[flow[f]]);
-            e->left = isinf(rate[f]) ? 0 : e->left - rate[f] * (until - t);
+            e->left = isinf(rate[f]) || finish[f] <= until
+                          ? 0 : e->left - rate[f] * (until - t);
         }
         S->t_model = until;
         for (int f = 0; f < nf; f++) {
@@ -450,4 +464,74 @@ double netem_next_finish(const netem_config *c, netem_shm *S, int src)
                 best = tf;
         }
     return best;
+}
+
+/* The model alone, on a private segment: no MPI, no shared memory (what
+ * the tests check it with).  msgs: n x {src, dst, level, bytes, left},
+ * queued in that order; a channel's first message is on the wire from
+ * time t with `left` bytes to go.  Advances to `now`; out: n x {state,
+ * left, t_end}.  Returns the model's time after, NAN on error (err). */
+double netem_model_probe(const char *config, double t0, double t,
+                         const double *msgs, int n, double now, double *out,
+                         char *err, int errlen)
+{
+    netem_config c;
+    double t_after = NAN;
+    netem_shm *S = NULL;
+    if (netem_parse(&c, config, err, errlen) != 0)
+        goto out;
+    size_t nch = (size_t)c.P * c.P * NETEM_NLEVEL;
+    S = calloc(1, sizeof(netem_shm) + nch * sizeof(netem_chan));
+    if (!S) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    S->P = c.P;
+    S->t0 = t0;
+    S->t_model = t;
+    int *slot = calloc((size_t)n + 1, sizeof(int));
+    for (int k = 0; slot && k < n; k++) {
+        const double *m = msgs + 5 * k;
+        int src = (int)m[0], dst = (int)m[1], lv = (int)m[2];
+        if (src < 0 || src >= c.P || dst < 0 || dst >= c.P || lv < 0 ||
+            lv >= NETEM_NLEVEL) {
+            snprintf(err, errlen, "message %d: no channel %d -> %d, level "
+                     "%d", k, src, dst, lv);
+            free(slot);
+            goto out;
+        }
+        netem_chan *ch = &S->ch[netem_chan_at(c.P, src, dst, lv)];
+        if (ch->n >= NETEM_QCAP) {
+            snprintf(err, errlen, "more than %d messages in a channel",
+                     NETEM_QCAP);
+            free(slot);
+            goto out;
+        }
+        netem_ent *e = &ch->e[ch->n];
+        *e = (netem_ent){(int64_t)m[3], (uint64_t)k, m[3], 0, 0,
+                         ENT_QUEUED};
+        if (ch->n == 0) {
+            e->state = ENT_WIRE;
+            e->t_start = t;
+            e->left = m[4];
+        }
+        slot[k] = netem_chan_at(c.P, src, dst, lv) * NETEM_QCAP + ch->n++;
+    }
+    if (!slot) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    netem_advance(&c, S, now);
+    for (int k = 0; k < n; k++) {
+        netem_ent *e = &S->ch[slot[k] / NETEM_QCAP].e[slot[k] % NETEM_QCAP];
+        out[3 * k] = e->state;
+        out[3 * k + 1] = e->left;
+        out[3 * k + 2] = e->t_end;
+    }
+    free(slot);
+    t_after = S->t_model;
+out:
+    free(S);
+    netem_config_free(&c);
+    return t_after;
 }

@@ -20,6 +20,7 @@ from .broadcast_torch import (broadcast_optimizer_state,  # noqa: E402
 from .eager.core import StepInfo  # noqa: E402
 from .averaging_torch import RPSOptimizer  # noqa: E402
 from .collectives.allreduce import allreduce as _allreduce  # noqa: E402
+from .collectives._staging import Compression  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 #: Horovod's names for ``EagerOptimizer(op=...)``.
@@ -28,7 +29,7 @@ Average, Sum = "average", "sum"
 __all__ = ["EagerOptimizer", "EagerHook", "eager_comm_hook",
            "broadcast_parameters", "broadcast_optimizer_state",
            "broadcast_object", "synchronize_model", "StepInfo",
-           "RPSOptimizer", "Average", "Sum"]
+           "RPSOptimizer", "Average", "Sum", "Compression"]
 
 
 def allreduce(tensor, op="average", average=None, comm=None,

@@ -20,6 +20,7 @@ from .. import _comm, _device
 from .._buffers import as_array
 from .._errors import ScheduleError
 from ..ops import OPS, as_op
+from ..collectives._staging import check_compression
 from ..collectives.allreduce import allreduce, iallreduce
 from ..collectives.partial import (MajorityAllreduce, QuorumAllreduce,
                                    SoloAllreduce)
@@ -179,6 +180,12 @@ class EagerAverager:
             Buckets start in bucket order on every rank, whatever order the
             gradients come in.  Not with ``"sync-mpi"`` (its
             ``MPI_Allreduce`` blocks).
+        compression: None (or ``"none"``) or ``"fp16"``
+            (``partialcoll.Compression.fp16``, Horovod's
+            ``Compression.fp16``): the buckets travel as float16 and come
+            back in their own dtype (see :func:`partialcoll.allreduce`:
+            float16's precision, rounded at every combining step).
+            ``"sync"`` only: the partial collectives do not compress yet.
 
     Creating, :meth:`flush` and :meth:`close` are collective over ``comm``.
 
@@ -201,7 +208,8 @@ class EagerAverager:
     def __init__(self, templates, mode="solo", sync_every=None, comm=None,
                  bucket_bytes=None, seed=0, names=None, device=None, *,
                  priorities=None, partition_bytes=None, op="average",
-                 predivide=1.0, agree=None, order=None, overlap=False):
+                 predivide=1.0, agree=None, order=None, overlap=False,
+                 compression=None):
         comm = MPI.COMM_WORLD if comm is None else comm
         if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
             raise ScheduleError(f"comm must be an mpi4py communicator, "
@@ -210,6 +218,7 @@ class EagerAverager:
         self.mode = check_mode(mode, self.size)
         self.op = check_op(op)
         self.predivide = check_predivide(predivide, self.op)
+        self.compression = _check_compression(compression, self.mode)
         if sync_every is not None and (isinstance(sync_every, bool) or
                                        int(sync_every) < 1):
             raise ScheduleError("sync_every must be a positive integer or None")
@@ -289,7 +298,7 @@ class EagerAverager:
                 "bucket_bytes": bucket_bytes, "seed": seed,
                 "priorities": priorities, "partition_bytes": partition_bytes,
                 "op": self.op, "gradient_predivide_factor": self.predivide,
-                **agree}
+                "compression": self.compression, **agree}
         everyone, bad = _comm.disagreements(comm, mine)
         if not bad:
             return
@@ -317,7 +326,7 @@ class EagerAverager:
         elif self.mode == "sync":
             self._predivide(self._buckets)
             res, out = None, _sync_buckets(self._buckets, self._mem,
-                                           self.comm)
+                                           self.comm, self.compression)
         elif self.mode in SYNC_MODES:
             self._predivide(self._buckets)
             self._lc.before_collective()
@@ -498,7 +507,8 @@ class EagerAverager:
                 out = self._outs[k] = self._mem.empty(b.size, b.dtype)
                 self._inflight[k] = [
                     iallreduce(x, out[lo:hi], comm=self.comm,
-                               priority=b.priority)
+                               priority=b.priority,
+                               compression=self.compression)
                     for x, (lo, hi) in zip(parts, b.parts)]
             else:
                 self._inflight[k] = [c.start(x)
@@ -648,6 +658,23 @@ def _plan_buckets(specs, bucket_bytes, mem, order=None):
     return buckets
 
 
+def _check_compression(compression, mode):
+    """``compression`` as ``allreduce`` takes it (None or "fp16"), refused
+    outside ``"sync"``."""
+    try:
+        compression = check_compression(compression)
+    except ScheduleError:
+        raise ScheduleError(f"compression must be None or 'fp16' "
+                            f"(partialcoll.Compression.fp16), not "
+                            f"{compression!r}") from None
+    if compression is not None and mode != "sync":
+        raise ScheduleError(f"compression={compression!r} works with "
+                            f"mode='sync' only, not {mode!r}: the partial "
+                            f"collectives and MPI_Allreduce ('sync-mpi') "
+                            f"do not compress")
+    return compression
+
+
 def _check_order(order, n):
     """``order`` as a list of ints, a permutation of range(n), or None."""
     if order is None:
@@ -697,18 +724,18 @@ def _by_priority(buckets):
                   key=lambda bj: bj[0].priority)
 
 
-def _sync_buckets(buckets, mem, comm):
+def _sync_buckets(buckets, mem, comm, compression=None):
     """Every part of every bucket as a concurrent iallreduce at its
     bucket's priority; returns one reduced buffer per bucket.  A single
     part takes the blocking allreduce (its cached fast path)."""
     out = [mem.empty(b.size, b.dtype) for b in buckets]
     if len(buckets) == 1 and len(buckets[0].parts) == 1:
         allreduce(buckets[0].send, out[0], comm=comm,
-                  priority=buckets[0].priority)
+                  priority=buckets[0].priority, compression=compression)
         return out
     where = {id(b): r for b, r in zip(buckets, out)}
     reqs = [iallreduce(b.send[lo:hi], where[id(b)][lo:hi], comm=comm,
-                       priority=b.priority)
+                       priority=b.priority, compression=compression)
             for b, j in _by_priority(buckets) for lo, hi in [b.parts[j]]]
     for r in reqs:
         r.wait()

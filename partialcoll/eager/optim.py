@@ -85,19 +85,24 @@ class EagerOptimizer(AveragerFront):
     result to the wrapped optimizer's ``step``.  A gradient that misses its
     round is carried into a later one and applied then: nothing is lost.
 
+    ``compression="fp16"`` (``partialcoll.Compression.fp16``; ``"sync"``
+    mode only): the gradients travel as float16 (see
+    :class:`~partialcoll.eager.EagerAverager`).
+
     Creating, ``flush()`` and ``close()`` are collective; ``last_step``
     and ``stats()`` report how the steps went.
     """
 
     def __init__(self, optimizer, mode="solo", sync_every=None, comm=None,
-                 bucket_bytes=None, seed=0, names=None):
+                 bucket_bytes=None, seed=0, names=None, *, compression=None):
         if not hasattr(optimizer, "step") or not hasattr(optimizer, "params"):
             raise ScheduleError("optimizer must have a 'params' list and a "
                                 "'step(grads)' method")
         self.optimizer = optimizer
         self.params = list(optimizer.params)
         self.averager = EagerAverager(self.params, mode, sync_every, comm,
-                                      bucket_bytes, seed, names)
+                                      bucket_bytes, seed, names,
+                                      compression=compression)
 
     def step(self, grads):
         """Average ``grads`` (one per parameter, None for none) and apply

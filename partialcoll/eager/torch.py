@@ -148,6 +148,15 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             ``backward()`` calls before one ``step()`` with
             ``backward_passes_per_step=1``) is an error at ``step()``, as
             in Horovod and DDP.
+        compression: None (default) or ``pct.Compression.fp16`` (also
+            ``"fp16"``, ``pc.Compression.fp16``; Horovod's
+            ``compression=hvd.Compression.fp16``): float gradients travel
+            as float16, half the bytes of float32, at float16's precision
+            (about 3 significant digits, rounded at every combining step;
+            magnitudes beyond 65504 overflow), and are applied in their own
+            dtype.  ``mode="sync"`` only (Horovod's synchronous averaging;
+            the partial modes and ``"sync-mpi"`` do not compress, and say
+            so).  The same on every rank.
 
     ``step()`` averages the gradients across ranks (summed over the
     processes, divided by the world size, stale ones included) and then
@@ -188,7 +197,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
                  sync_every=None, comm=None, bucket_bytes=None, seed=0, *,
                  priorities=None, partition_bytes=None, op="average",
                  gradient_predivide_factor=1.0, backward_passes_per_step=1,
-                 overlap=None):
+                 overlap=None, compression=None):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ScheduleError(f"EagerOptimizer wraps a torch.optim.Optimizer,"
                                 f" not {type(optimizer).__name__}")
@@ -227,7 +236,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             predivide=gradient_predivide_factor,
             agree={"backward_passes_per_step": passes},
             order=_backward_order(self._named, self._given),
-            overlap=overlap)
+            overlap=overlap, compression=compression)
         self.backward_passes_per_step = passes
         self._local = None if passes == 1 else LocalSum(self._named, passes)
         self._overlap = None if not overlap else Overlap(
