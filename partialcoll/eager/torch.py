@@ -605,7 +605,8 @@ def synchronize_model(model, comm=None):
     is not flushed here: call ``hook.flush(optimizer)`` first.
 
     A state that is not all tensors, or that differs between ranks in
-    names, shapes or dtypes, raises ``partialcoll.ScheduleError`` on every rank.
+    names, shapes or dtypes, raises ``partialcoll.ScheduleError`` on every
+    rank.
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     for opt in _live_optimizers(comm):
