@@ -92,15 +92,19 @@ def test_send_order_changes_every_call_and_is_seeded():
 
 
 def test_tail_drops_do_not_always_hit_the_same_links(net):
-    """A low-priority buffer with room for one block of P - 1: each burst
-    loses its last sends.  With a fresh order per call every link delivers
-    some blocks in both phases (with peer 0 always first, rank P - 1 got
-    nothing, ever, and trained alone)."""
+    """A low-priority buffer with room for k = max(1, (P - 1) // 2) blocks
+    of a burst of P - 1: each burst loses its last sends.  With a fresh
+    order per call every link delivers some blocks in both phases (with
+    peer 0 always first, rank P - 1 got nothing, ever, and trained alone).
+    k grows with P so that a link misses all 30 calls with probability
+    about (1 - k / (P - 1))^30 <= (2/3)^30, not (6/7)^30 at P = 8, where
+    one of the 112 links missing every call was likely."""
     if P < 3:
         pytest.skip("needs three ranks (one peer has no order)")
+    k = max(1, (P - 1) // 2)
     comm = net({"default": {"out_rate": "4 MB/s", "in_rate": "4 MB/s"},
                 "class": {"1": {"priority": "low"}},
-                "priority": {"low_buffer": "12 KB"}})
+                "priority": {"low_buffer": f"{8 * k + 4} KB"}})
     n = 1000 * P                     # 8 KB blocks
     pc.timeline.clear()
     pc.timeline.enable()

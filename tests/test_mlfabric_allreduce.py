@@ -85,6 +85,10 @@ def test_tree_follows_the_rates_the_monitor_reports(net):
     shapes = []
     try:
         for slow, fast in ((1, 2), (2, 1)):
+            # every rank's receives of the last call have arrived, so the
+            # reports below are newer than any transfer the planner hears
+            # of (a later transfer's measurement would replace them)
+            COMM.Barrier()
             if COMM.rank == 0:       # every NIC, newer than any transfer
                 t = pc.now()
                 for r in range(P):
