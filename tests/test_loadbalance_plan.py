@@ -1,14 +1,13 @@
 """The load-distribution planner (no MPI): Algorithm 1 against the exact
 optimum, shares never negative, N = 2, slice assignment (Algorithm 2), and
-NIC rates from link measurements (arrival stamps per link), and how the
-scheduler follows them from call to call."""
+NIC rates from link measurements (arrival stamps per link)."""
 import math
 
 import numpy as np
 import pytest
 
 from partialcoll.loadbalance.plan import (assign_slices, distribute,
-                                          equal_shares, follow, link_rates,
+                                          equal_shares, link_rates,
                                           nic_rates, node_throughput,
                                           node_times, optimal_shares)
 
@@ -181,31 +180,3 @@ def test_node_throughput_is_the_slower_nic():
     assert node_throughput(out, inn) == [4e6, 1e6, 2.5e6]   # median fills
     assert node_throughput([math.nan, 4.0], [math.nan, 2.0]) == [2.0, 2.0]
     assert node_throughput([math.nan, 4.0], [3.0, math.nan]) == [3.0, 4.0]
-
-
-def test_follow_keeps_a_window_of_steady_estimates():
-    """Within a factor 1.25 of the record's median: appended, the last 3
-    kept; the median drops one call's outlier of 20 %."""
-    rec = []
-    for value in (10.0, 11.0, 9.0, 10.5):
-        rec = follow(rec, value, window=3, jump=1.25)
-    assert rec == [11.0, 9.0, 10.5]
-    rec = follow(rec, 12.5, window=3, jump=1.25)     # 12.5 / 10.5 < 1.25
-    assert rec == [9.0, 10.5, 12.5] and np.median(rec) == 10.5
-
-
-def test_follow_restarts_on_a_changed_rate():
-    """A redraw from 10 to 2 (or to 30): the record restarts from the new
-    value, so the next plan uses it; a median of the last 3 would still
-    say 10 (two more calls of the old plan)."""
-    rec = [10.0, 10.0, 10.0]
-    assert follow(rec, 2.0) == [2.0]
-    assert follow(rec, 30.0) == [30.0]
-    assert np.median(rec[1:] + [2.0]) == 10.0          # the plain median
-    assert follow([2.0], 2.1) == [2.0, 2.1]             # then it settles
-
-
-def test_follow_keeps_the_record_when_unmeasured():
-    assert follow([4.0, 5.0], math.nan) == [4.0, 5.0]
-    assert follow([], math.nan) == []
-    assert follow([], 7.0) == [7.0]

@@ -70,22 +70,9 @@ carried, a lower bound.  One case recurs: a server with a small share gets
 probes only, from senders whose NICs are busy with larger flows, so its
 incoming NIC may never be saturated; it is measured low, and Algorithm 1
 keeps its share small (a fast node can stay at a share near 0; the sum of
-the s_ij overcounted such short links and hid this).  It costs little
-while some node is too slow for any share: the iteration then lasts that
-node's floor M / S_min, the other nodes finish earlier, and a fast node
-planned too little stays under the floor (bench/RESULTS.md, issue 17's
-replay).
-
-Following the rates (our choice; the paper keeps "the average value of the
-throughput record" and replans every iteration).  Per NIC the scheduler
-plans with the median of its estimates since the rate last changed, at
-most ``window`` of them (:func:`follow`): an estimate more than ``jump``
-times above or below that median starts the NIC's record afresh.  A plain
-median of the last three calls drops one call's outlier but believes a
-new rate only once two calls have seen it, so after every change the plan
-ran one call later than the one-call lag of measuring and planning (on
-the benchmark's trace the second call after a redraw took 1.49 times the
-oracle's plan, in the load model).
+the s_ij overcounted such short links and hid this).  The scheduler takes,
+per NIC, the median of the last few calls' estimates, which drops one
+call's outlier.
 
 Algorithm 2 (slice assignment).  The vector is cut into slices: first
 ``num_probe`` probe slices of ``size_probe`` elements for *every* server, a
@@ -236,22 +223,6 @@ def nic_rates(reports, N=None):
         mine = [rep for (_, j), rep in links.items() if j == n]
         inn[n] = _together_rate(mine) if mine else math.nan
     return out, inn
-
-
-def follow(record, estimate, window=3, jump=1.25):
-    """One NIC's record of rate estimates after one more call's
-    ``estimate`` (NaN: not measured, the record stays): the last ``window``
-    estimates since the rate changed.  A change is an estimate more than
-    ``jump`` times above or below the record's median; the record then
-    starts again from it, so the plan follows a new rate the call after
-    it is measured.  The scheduler plans with the record's median."""
-    if math.isnan(estimate):
-        return list(record)
-    if record:
-        mid = float(np.median(record))
-        if not mid / jump <= estimate <= mid * jump:
-            return [estimate]
-    return (list(record) + [estimate])[-window:]
 
 
 def node_throughput(out, inn, fallback=None):
