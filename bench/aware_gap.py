@@ -130,6 +130,7 @@ def replay(path):
                       f"{real:7.2f} s")
         if scheme == "aware":
             estimates(calls, M, P, every)
+            policies(calls, M, P, every)
 
 
 def estimates(calls, M, P, every):
@@ -153,6 +154,64 @@ def estimates(calls, M, P, every):
             f"{e / s:4.2f}/{r / s:4.2f}({100 * a / M:3.0f}|"
             f"{100 * b / M:3.0f})"
             for e, r, s, a, b in zip(est, raw, S, nxt, opt)))
+
+
+def follow(record, estimate, window=3, jump=1.25):
+    """A candidate rule (not adopted, see RESULTS): one NIC's record after
+    one more estimate, restarted from it when it is more than ``jump``
+    times off the record's median; the plan would use the median."""
+    if math.isnan(estimate):
+        return list(record)
+    if record:
+        mid = float(np.median(record))
+        if not mid / jump <= estimate <= mid * jump:
+            return [estimate]
+    return (list(record) + [estimate])[-window:]
+
+
+def policies(calls, M, P, every):
+    """The aware run's raw per-call estimates replanned offline with other
+    ways of following them (plan k from calls < k), in the load model, over
+    the oracle's plan: by the call's place after a redraw."""
+    from partialcoll.loadbalance import plan
+
+    def median_of(w):
+        def pick(k):
+            rows = [c["raw"] for c in calls[max(0, k - w):k] if c["raw"]]
+            return np.nanmedian(np.array(rows), axis=0) if rows else None
+        return pick
+
+    def followed(k):
+        rec = [[[] for _ in range(P)] for _ in range(2)]
+        for c in calls[:k]:
+            for side in range(2):
+                for i in range(P) if c["raw"] else ():
+                    rec[side][i] = follow(rec[side][i],
+                                               c["raw"][side][i])
+        return [[float(np.median(r)) if r else math.nan for r in side]
+                for side in rec]
+
+    print("  replanned from the raw estimates (model, over the oracle):")
+    for name, pick in (("median of last 3 (before)", median_of(3)),
+                       ("last call only", median_of(1)),
+                       ("restart on a jump", followed)):
+        cats = {"cross": [0, 0], "first": [0, 0], "second": [0, 0],
+                "later": [0, 0]}
+        for k in range(1, len(calls)):
+            c, est = calls[k], pick(k)
+            S = _S(c["true_start"])
+            shares = plan.equal_shares(M, P) if est is None else \
+                plan.distribute(M, plan.node_throughput(list(est[0]),
+                                                        list(est[1])))[0]
+            epoch = int(c["t"] // every)
+            age = sum(1 for d in calls[:k] if int(d["t"] // every) == epoch)
+            cat = "cross" if _S(c["true_end"]) != S else \
+                ("first", "second", "later")[min(age, 2)]
+            cats[cat][0] += model_time(M, shares, S)
+            cats[cat][1] += model_time(M, plan.distribute(M, S)[0], S)
+        total = [sum(v[i] for v in cats.values()) for i in (0, 1)]
+        print(f"    {name:26s} all {total[0] / total[1]:.2f}  " + "  ".join(
+            f"{k} {a / b:.2f}" for k, (a, b) in cats.items() if b))
 
 
 if __name__ == "__main__":
