@@ -30,8 +30,10 @@ that span under 1 ms are not reported.  Servers report every link's
 arrivals (forecast, then each slice with its bytes) to the scheduler (rank
 0) after every call, with when each link's later traffic (the averages
 coming back) ended; it estimates every NIC's rate over the stretch in
-which its links were on the wire together (:func:`.plan.nic_rates`), takes
-per NIC the median of the last ``window`` calls, and S_i = min(out_i, in_i)
+which its links were on the wire together (:func:`.plan.nic_rates`),
+holds a lower reading unless the NIC was the binding limit of some flow
+(:func:`.plan.held_estimates`), takes per NIC the median of the last
+``window`` calls, and S_i = min(out_i, in_i)
 (:func:`.plan.node_throughput`); then it plans the next call's shares with
 Algorithm 1.  The reports and the plan travel on the library's control
 communicator (reliable, outside an emulated network): the scheduler sees
@@ -135,6 +137,7 @@ class LoadBalancedAllreduce:
         lc.acquire()
         self.shares = planner.equal_shares(float(self.n), N)
         self._history, self._scheds = [], {}
+        self._floors = ([math.nan] * N, [math.nan] * N)
         self.plan = {"shares": list(self.shares), "slices": []}
         self.rates = {"S": [math.nan] * N, "reports": {}}
         self.calls, self._closed = 0, False
@@ -268,7 +271,10 @@ class LoadBalancedAllreduce:
             allrep = {k: v for part in gathered for k, v in part.items()}
             self.rates["reports"] = allrep
             if allrep:
-                self._history.append(planner.nic_rates(allrep, self.size))
+                held, self._floors, bound = planner.held_estimates(
+                    allrep, self._floors, self.size)
+                self.rates["bound"] = bound
+                self._history.append(held)
                 self._history = self._history[-self.window:]
                 out, inn = (_nanmedian([h[k] for h in self._history])
                             for k in (0, 1))
