@@ -1,14 +1,14 @@
 """The load-distribution planner (no MPI): Algorithm 1 against the exact
 optimum, shares never negative, N = 2, slice assignment (Algorithm 2), and
-NIC rates from link measurements (arrival stamps per link), and which of
-them the scheduler believes."""
+NIC rates from link measurements (arrival stamps per link), which of them
+the scheduler believes, and how it follows them from call to call."""
 import math
 
 import numpy as np
 import pytest
 
 from partialcoll.loadbalance.plan import (assign_slices, binding,
-                                          distribute, equal_shares,
+                                          distribute, equal_shares, follow,
                                           held_estimates, link_rates,
                                           nic_rates, node_throughput,
                                           node_times, optimal_shares)
@@ -254,9 +254,9 @@ def test_a_real_drop_is_believed_at_once():
 
 def test_binding_hand_cases():
     """Flow 0 -> 1: held at 1 (in_1 binds) when out_0 gave another flow
-    more, held at 0 (out_0 binds) when in_1 gave another flow more; at the largest share at
-    both ends, the end whose reading dropped does not bind, and when both
-    dropped neither does."""
+    more, held at 0 (out_0 binds) when in_1 gave another flow more; at the
+    largest share at both ends, the end whose reading dropped does not
+    bind, and when both dropped neither does."""
     no = ([False] * 3, [False] * 3)
     f = {(0, 1): (1.0, 1.0), (0, 2): (5.0, 5.0)}
     assert binding(f, no) == ([True, False, False], [False, True, True])
@@ -271,3 +271,31 @@ def test_binding_hand_cases():
         ([False] * 3, [False, True, False])
     assert binding(one, ([True, False, False], [False, True, False])) == no
     assert binding({(0, 1): (None, 1.0)}, no) == no      # one end unseen
+
+
+def test_follow_keeps_a_window_of_steady_estimates():
+    """Within a factor 1.25 of the record's median: appended, the last 3
+    kept; the median drops one call's outlier of 20 %."""
+    rec = []
+    for value in (10.0, 11.0, 9.0, 10.5):
+        rec = follow(rec, value, window=3, jump=1.25)
+    assert rec == [11.0, 9.0, 10.5]
+    rec = follow(rec, 12.5, window=3, jump=1.25)     # 12.5 / 10.5 < 1.25
+    assert rec == [9.0, 10.5, 12.5] and np.median(rec) == 10.5
+
+
+def test_follow_restarts_on_a_changed_rate():
+    """A redraw from 10 to 2 (or to 30): the record restarts from the new
+    value, so the next plan uses it; a median of the last 3 would still
+    say 10 (two more calls of the old plan)."""
+    rec = [10.0, 10.0, 10.0]
+    assert follow(rec, 2.0) == [2.0]
+    assert follow(rec, 30.0) == [30.0]
+    assert np.median(rec[1:] + [2.0]) == 10.0          # the plain median
+    assert follow([2.0], 2.1) == [2.0, 2.1]             # then it settles
+
+
+def test_follow_keeps_the_record_when_unmeasured():
+    assert follow([4.0, 5.0], math.nan) == [4.0, 5.0]
+    assert follow([], math.nan) == []
+    assert follow([], 7.0) == [7.0]
