@@ -240,6 +240,23 @@ def test_a_fast_receiver_fed_only_by_the_slow_sender_is_held():
     assert held_estimates(swing, NAN3, 3)[0][1][2] == pytest.approx(1e6)
 
 
+def test_a_binding_nic_shared_with_unmeasured_averages_is_held():
+    """From a failed P = 3 run (in_0 estimated at 1.03 MB/s, true 2): slow
+    node 0's incoming NIC is on the wire with the pushes from 2 only, the
+    pushes from 1 having ended before they began, while 1's averages still
+    come on that link.  The flow from 2 is below the largest out of 2, so
+    in_0 binds, but its reading (1 MB/s) misses the averages' half: it is
+    not all the NIC carried, and the floor of 2 MB/s stays."""
+    late = three(0)
+    late[(1, 0)] = link((0.0, 0), (0.15, 1.5e5), (0.3, 1.5e5), until=1.2)
+    late[(2, 0)] = link((0.35, 0), (0.7, 3.5e5), (1.05, 3.5e5))
+    assert nic_rates(late)[1][0] == pytest.approx(1e6)
+    _, floors, _ = held_estimates(three(0), NAN3, 3)
+    (out, inn), after, bound = held_estimates(late, floors, 3)
+    assert not bound[1][0] and inn[0] == pytest.approx(2e6)
+    assert after[1][0] == floors[1][0]
+
+
 def test_a_real_drop_is_believed_at_once():
     """Node 0 slow, then node 1 slow instead: node 1's flows are below
     the largest at the fast ends, so its NICs bind and the drop from 20 to

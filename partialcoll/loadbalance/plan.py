@@ -92,7 +92,11 @@ bind (their readings agree with what was believed), if both dropped
 neither does.  Without this, at P = 3 a fast server's incoming NIC fed in
 one call only by a slow sender (2 MB/s over 2 flows) read 1.0 MB/s instead
 of 20, and a scheduler that believed it gave 97 % of M to the slow node.
-Higher readings are always believed (a reading is a lower bound).
+A NIC binds only where its measured flows were all it carried over its
+stretch: when a link's pushes ended before the others began, its averages
+(unmeasured) still share the NIC, and the reading misses them (at P = 3
+the slow node's incoming NIC read 1.03 MB/s of its 2 so).  Higher
+readings are always believed (a reading is a lower bound).
 
 Following the rates (our choice; the paper keeps "the average value of the
 throughput record" and replans every iteration).  Per NIC the scheduler
@@ -201,9 +205,11 @@ def _together_rate(links):
     """The summed rate of one NIC's links over the longest stretch of time
     in which the most of them were on the wire together (all of them,
     unless a late start kept them apart): their slices' bytes inside it
-    over its length; and each link's own rate inside it (None for a link
-    not on the wire all through it).  ``links``: [(arrivals, until)] as
-    reported.  (NaN, all None) when no stretch has a positive length.
+    over its length; each link's own rate inside it (None for a link not
+    on the wire all through it); and whether those links were all the NIC
+    carried then (False when a link's unmeasured averages shared it).
+    ``links``: [(arrivals, until)] as reported.  (NaN, all None, False)
+    when no stretch has a positive length.
 
     A slice that straddles an edge of the stretch is split in proportion to
     the NIC's share per flow over its time on the wire, 1/n(t) with n(t)
@@ -224,7 +230,7 @@ def _together_rate(links):
     pairs = list(zip(edges, edges[1:]))
     on = [sum(1 for lo, hi in spans if lo <= a and hi >= b) for a, b in pairs]
     if not any(on):
-        return math.nan, [None] * len(links)
+        return math.nan, [None] * len(links), False
     k = max(range(len(on)), key=lambda i: (on[i], pairs[i][1] - pairs[i][0]))
     a, b = pairs[k]
     # share time: the integral of 1/n(t) over the flows on the NIC
@@ -241,28 +247,32 @@ def _together_rate(links):
                               np.interp(ws[0], wt, c)) / (b - a))
         else:
             each.append(None)
-    return sum(r for r in each if r is not None), each
+    return sum(r for r in each if r is not None), each, flows[k] == on[k]
 
 
 def nic_readings(reports, N=None):
     """One call's readings of every NIC, and of the flows inside them:
-    (out, in, flows), as :func:`nic_rates` gives (out, in), and
+    (out, in, flows, whole): (out, in) as :func:`nic_rates` gives them,
     ``flows[(i, j)] = (rate in out_i's stretch, rate in in_j's stretch)``,
-    None where the link was not on the wire all through that stretch."""
+    None where the link was not on the wire all through that stretch, and
+    ``whole`` = (out, in), per NIC whether its measured flows were all it
+    carried over its stretch (no link's averages on it then)."""
     links = {ij: rep for ij, rep in reports.items() if len(rep[0]) > 1}
     if N is None:
         N = max((max(ij) for ij in links), default=-1) + 1
     out, inn = [math.nan] * N, [math.nan] * N
+    whole = ([False] * N, [False] * N)
     flows = {ij: [None, None] for ij in links}
     for n in range(N):
         for side, readings in ((0, out), (1, inn)):
             mine = [ij for ij in links if ij[side] == n]
             if not mine:
                 continue
-            readings[n], each = _together_rate([links[ij] for ij in mine])
+            readings[n], each, whole[side][n] = _together_rate(
+                [links[ij] for ij in mine])
             for ij, rate in zip(mine, each):
                 flows[ij][side] = rate
-    return out, inn, {ij: tuple(r) for ij, r in flows.items()}
+    return out, inn, {ij: tuple(r) for ij, r in flows.items()}, whole
 
 
 def nic_rates(reports, N=None):
@@ -272,7 +282,7 @@ def nic_rates(reports, N=None):
     which the most of them were on the wire together (the module docstring
     says why).  NaN where a NIC has no measured link.  ``N``: nodes
     (default: the highest one reported + 1)."""
-    return nic_readings(reports, N)[:2]
+    return tuple(nic_readings(reports, N)[:2])
 
 
 def binding(flows, dropped, close=0.8):
@@ -317,17 +327,20 @@ def held_estimates(reports, floors, N, jump=1.25, close=0.8):
     ((out, in), new floors, (bound out, bound in)).  ``floors``: (out, in)
     per NIC, its last estimate from a call in which it bound (NaN: none).
 
-    A reading is believed when its NIC bound some flow (:func:`binding`),
-    when it is no lower than the floor, or when there is no floor yet;
+    A reading is believed when its NIC bound some flow (:func:`binding`)
+    and its measured flows were all it carried over its stretch (a link's
+    averages, unmeasured, may share it after the link's pushes end), when
+    it is no lower than the floor, or when there is no floor yet;
     otherwise the NIC carried less than it can only because its flows were
     held elsewhere, the reading is a lower bound, and the estimate is
     max(reading, floor) = the floor.  A believed reading becomes the NIC's
     floor.  NaN readings (NIC not measured) leave the floor as it is."""
-    out, inn, flows = nic_readings(reports, N)
+    out, inn, flows, whole = nic_readings(reports, N)
     readings = (out, inn)
     dropped = tuple([r < f / jump for r, f in zip(rs, fs)]
                     for rs, fs in zip(readings, floors))
-    bind = binding(flows, dropped, close)
+    bind = tuple([b and w for b, w in zip(bs, ws)]
+                 for bs, ws in zip(binding(flows, dropped, close), whole))
     est, new = ([], []), ([], [])
     for side in (0, 1):
         for r, f, b in zip(readings[side], floors[side], bind[side]):
