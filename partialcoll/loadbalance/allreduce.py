@@ -38,8 +38,9 @@ and S_i = min(out_i, in_i) (:func:`.plan.node_throughput`); then it
 plans the next call's shares with Algorithm 1.  So a call runs with the
 plan from the reports of the call before it: one call of lag, the least a
 measured plan can have.  The reports and the plan travel on the library's
-control communicator (reliable, outside an emulated network): the scheduler sees
-only these measurements, never the network's configured rates.
+control communicator (reliable, outside an emulated network): the
+scheduler sees only these measurements, never the network's configured
+rates.
 
 Schemes: ``"aware"`` (the above), ``"average"`` (equal shares, the same
 slicing, probes and forecasts: the paper's baseline) and ``"oracle"``
