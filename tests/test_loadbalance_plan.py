@@ -1,13 +1,15 @@
 """The load-distribution planner (no MPI): Algorithm 1 against the exact
 optimum, shares never negative, N = 2, slice assignment (Algorithm 2), and
-NIC rates from link measurements (arrival stamps per link)."""
+NIC rates from link measurements (arrival stamps per link), which of them
+the scheduler believes, and how it follows them from call to call."""
 import math
 
 import numpy as np
 import pytest
 
-from partialcoll.loadbalance.plan import (assign_slices, distribute,
-                                          equal_shares, link_rates,
+from partialcoll.loadbalance.plan import (assign_slices, binding,
+                                          distribute, equal_shares, follow,
+                                          held_estimates, link_rates,
                                           nic_rates, node_throughput,
                                           node_times, optimal_shares)
 
@@ -180,3 +182,137 @@ def test_node_throughput_is_the_slower_nic():
     assert node_throughput(out, inn) == [4e6, 1e6, 2.5e6]   # median fills
     assert node_throughput([math.nan, 4.0], [math.nan, 2.0]) == [2.0, 2.0]
     assert node_throughput([math.nan, 4.0], [3.0, math.nan]) == [3.0, 4.0]
+
+
+# Three nodes, node ``slow`` at 2 MB/s both ways, the others at 20 (the P = 3
+# test's network).  Every link on the wire over [0, 1] at its max-min rate:
+# a link from or to the slow node 1 MB/s (its NIC split over 2 flows), a
+# link between the fast ones 19 MB/s (the rest of their NICs).
+def three(slow, **moved):
+    reports = {}
+    for i in range(3):
+        for j in range(3):
+            if i != j:
+                rate = 1e6 if slow in (i, j) else 19e6
+                t0, t1 = moved.get(f"l{i}{j}", (0.0, 1.0))
+                reports[(i, j)] = link((t0, 0), ((t0 + t1) / 2, rate *
+                                                 (t1 - t0) / 2),
+                                       (t1, rate * (t1 - t0) / 2))
+    return reports
+
+
+NAN3 = ([math.nan] * 3, [math.nan] * 3)
+
+
+def test_binding_from_max_min_shares():
+    """Slow node 0: its flows are below the largest at the fast ends, so
+    both its NICs bind (its reading is its rate); the flows between the
+    fast nodes get the largest share at both ends and no reading dropped:
+    both ends bind too."""
+    (out, inn), floors, bound = held_estimates(three(0), NAN3, 3)
+    assert out == pytest.approx([2e6, 20e6, 20e6])
+    assert inn == pytest.approx([2e6, 20e6, 20e6])
+    assert bound == ([True] * 3, [True] * 3)
+    assert floors == (out, inn)
+
+
+def test_a_fast_receiver_fed_only_by_the_slow_sender_is_held():
+    """The P = 3 swing (bench/RESULTS.md, issue 17): one call in which fast
+    server 2's incoming NIC was on the wire only with the link from slow
+    node 0 (2 MB/s out over 2 flows), the link from 1 over before it
+    began (here: after it ended).  Its reading is 1.0 MB/s, the sender's
+    share, not the 20 it has; the link is at out_0's largest share and
+    out_0's reading did not drop, so out_0 explains it: in_2 keeps its
+    floor of 20 MB/s.  The mirror, out_1 on the wire only with its link to
+    slow node 0 (1 MB/s), is held at 20 the same way."""
+    swing = three(0, l12=(1.05, 1.1))
+    out, inn = nic_rates(swing)
+    assert inn[2] == pytest.approx(1e6) and out[0] == pytest.approx(2e6)
+    assert out[1] == pytest.approx(1e6)
+    _, floors, _ = held_estimates(three(0), NAN3, 3)
+    (out, inn), after, bound = held_estimates(swing, floors, 3)
+    assert not bound[1][2] and bound[0][0]
+    assert inn[2] == pytest.approx(20e6) and after[1][2] == floors[1][2]
+    assert not bound[0][1] and out[1] == pytest.approx(20e6)
+    assert out[0] == pytest.approx(2e6) and inn[0] == pytest.approx(2e6)
+    assert min(out[2], inn[2]) == pytest.approx(20e6)      # S_2 stays fast
+    # without a floor (the first call) there is nothing to hold it to
+    assert held_estimates(swing, NAN3, 3)[0][1][2] == pytest.approx(1e6)
+
+
+def test_a_binding_nic_shared_with_unmeasured_averages_is_held():
+    """From a failed P = 3 run (in_0 estimated at 1.03 MB/s, true 2): slow
+    node 0's incoming NIC is on the wire with the pushes from 2 only, the
+    pushes from 1 having ended before they began, while 1's averages still
+    come on that link.  The flow from 2 is below the largest out of 2, so
+    in_0 binds, but its reading (1 MB/s) misses the averages' half: it is
+    not all the NIC carried, and the floor of 2 MB/s stays."""
+    late = three(0)
+    late[(1, 0)] = link((0.0, 0), (0.15, 1.5e5), (0.3, 1.5e5), until=1.2)
+    late[(2, 0)] = link((0.35, 0), (0.7, 3.5e5), (1.05, 3.5e5))
+    assert nic_rates(late)[1][0] == pytest.approx(1e6)
+    _, floors, _ = held_estimates(three(0), NAN3, 3)
+    (out, inn), after, bound = held_estimates(late, floors, 3)
+    assert not bound[1][0] and inn[0] == pytest.approx(2e6)
+    assert after[1][0] == floors[1][0]
+
+
+def test_a_real_drop_is_believed_at_once():
+    """Node 0 slow, then node 1 slow instead: node 1's flows are below
+    the largest at the fast ends, so its NICs bind and the drop from 20 to
+    2 MB/s is believed the call it is measured; node 0's rise is a higher
+    reading, always believed."""
+    _, floors, _ = held_estimates(three(0), NAN3, 3)
+    (out, inn), _, bound = held_estimates(three(1), floors, 3)
+    assert out == pytest.approx([20e6, 2e6, 20e6])
+    assert inn == pytest.approx([20e6, 2e6, 20e6])
+    assert bound[0][1] and bound[1][1]
+
+
+def test_binding_hand_cases():
+    """Flow 0 -> 1: held at 1 (in_1 binds) when out_0 gave another flow
+    more, held at 0 (out_0 binds) when in_1 gave another flow more; at the
+    largest share at both ends, the end whose reading dropped does not
+    bind, and when both dropped neither does."""
+    no = ([False] * 3, [False] * 3)
+    f = {(0, 1): (1.0, 1.0), (0, 2): (5.0, 5.0)}
+    assert binding(f, no) == ([True, False, False], [False, True, True])
+    assert binding({(0, 1): (1.0, 1.0), (0, 2): (1.0, 1.0)}, no)[1] == \
+        [False, True, True]
+    f = {(0, 1): (1.0, 1.0), (2, 1): (5.0, 5.0)}
+    assert binding(f, no) == ([True, False, True], [False, True, False])
+    one = {(0, 1): (1.0, 1.0)}
+    assert binding(one, ([False] * 3, [False, True, False])) == \
+        ([True, False, False], [False] * 3)
+    assert binding(one, ([True, False, False], [False] * 3)) == \
+        ([False] * 3, [False, True, False])
+    assert binding(one, ([True, False, False], [False, True, False])) == no
+    assert binding({(0, 1): (None, 1.0)}, no) == no      # one end unseen
+
+
+def test_follow_keeps_a_window_of_steady_estimates():
+    """Within a factor 1.25 of the record's median: appended, the last 3
+    kept; the median drops one call's outlier of 20 %."""
+    rec = []
+    for value in (10.0, 11.0, 9.0, 10.5):
+        rec = follow(rec, value, window=3, jump=1.25)
+    assert rec == [11.0, 9.0, 10.5]
+    rec = follow(rec, 12.5, window=3, jump=1.25)     # 12.5 / 10.5 < 1.25
+    assert rec == [9.0, 10.5, 12.5] and np.median(rec) == 10.5
+
+
+def test_follow_restarts_on_a_changed_rate():
+    """A redraw from 10 to 2 (or to 30): the record restarts from the new
+    value, so the next plan uses it; a median of the last 3 would still
+    say 10 (two more calls of the old plan)."""
+    rec = [10.0, 10.0, 10.0]
+    assert follow(rec, 2.0) == [2.0]
+    assert follow(rec, 30.0) == [30.0]
+    assert np.median(rec[1:] + [2.0]) == 10.0          # the plain median
+    assert follow([2.0], 2.1) == [2.0, 2.1]             # then it settles
+
+
+def test_follow_keeps_the_record_when_unmeasured():
+    assert follow([4.0, 5.0], math.nan) == [4.0, 5.0]
+    assert follow([], math.nan) == []
+    assert follow([], 7.0) == [7.0]

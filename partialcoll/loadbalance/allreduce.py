@@ -30,12 +30,17 @@ that span under 1 ms are not reported.  Servers report every link's
 arrivals (forecast, then each slice with its bytes) to the scheduler (rank
 0) after every call, with when each link's later traffic (the averages
 coming back) ended; it estimates every NIC's rate over the stretch in
-which its links were on the wire together (:func:`.plan.nic_rates`), takes
-per NIC the median of the last ``window`` calls, and S_i = min(out_i, in_i)
-(:func:`.plan.node_throughput`); then it plans the next call's shares with
-Algorithm 1.  The reports and the plan travel on the library's control
-communicator (reliable, outside an emulated network): the scheduler sees
-only these measurements, never the network's configured rates.
+which its links were on the wire together (:func:`.plan.nic_rates`),
+holds a lower reading unless the NIC was the binding limit of some flow
+(:func:`.plan.held_estimates`), takes per NIC the median of its estimates
+since its rate last changed (at most ``window``; :func:`.plan.follow`),
+and S_i = min(out_i, in_i) (:func:`.plan.node_throughput`); then it
+plans the next call's shares with Algorithm 1.  So a call runs with the
+plan from the reports of the call before it: one call of lag, the least a
+measured plan can have.  The reports and the plan travel on the library's
+control communicator (reliable, outside an emulated network): the
+scheduler sees only these measurements, never the network's configured
+rates.
 
 Schemes: ``"aware"`` (the above), ``"average"`` (equal shares, the same
 slicing, probes and forecasts: the paper's baseline) and ``"oracle"``
@@ -61,14 +66,6 @@ def _now():
     return _core.now()
 
 
-def _nanmedian(rows):
-    """Per column, the median of the values that are not NaN (NaN if
-    none)."""
-    cols = zip(*rows)
-    return [float(np.median(v)) if v else math.nan
-            for v in ([x for x in col if not math.isnan(x)] for col in cols)]
-
-
 SCHEMES = ("aware", "average", "oracle")
 
 
@@ -86,7 +83,10 @@ class LoadBalancedAllreduce:
         size_probe: elements per probe slice (the paper's: 10,000).
         measure: send forecasts and measure the links (needed by "aware").
         threshold: Algorithm 1 stops when max t - min t <= threshold max t.
-        window: calls whose NIC estimates the scheduler takes the median of.
+        window: at most this many calls' NIC estimates, since the NIC's
+            rate last changed, make the median the scheduler plans with.
+        jump: an estimate more than ``jump`` times above or below that
+            median is a changed rate: the NIC's record restarts from it.
 
     Creating it and ``close()`` are collective; so is every call.
     Example::
@@ -100,7 +100,7 @@ class LoadBalancedAllreduce:
 
     def __init__(self, like, comm=None, scheme="aware", slice_elems=120_000,
                  num_probe=2, size_probe=10_000, measure=True,
-                 threshold=0.01, window=3, lead=0.005):
+                 threshold=0.01, window=3, jump=1.25, lead=0.005):
         like = np.asarray(like)
         if like.dtype.kind != "f":
             raise ScheduleError(f"LoadBalancedAllreduce averages float "
@@ -110,15 +110,16 @@ class LoadBalancedAllreduce:
         if scheme == "aware" and not measure:
             raise ScheduleError("the aware scheme needs measure=True")
         if slice_elems < 1 or num_probe < 0 or size_probe < 1 or \
-                not 0 < threshold < 1 or window < 1:
+                not 0 < threshold < 1 or window < 1 or not jump > 1:
             raise ScheduleError("slice_elems >= 1, num_probe >= 0, "
                                 "size_probe >= 1, 0 < threshold < 1, "
-                                "window >= 1")
+                                "window >= 1, jump > 1")
         comm = MPI.COMM_WORLD if comm is None else comm
         self.n, self.dtype, self.scheme = like.size, like.dtype, scheme
         self.slice_elems, self.num_probe = int(slice_elems), int(num_probe)
         self.size_probe, self.measure = int(size_probe), bool(measure)
         self.threshold, self.window = float(threshold), int(window)
+        self.jump = float(jump)
         self.lead = float(lead)
         lc = self._lc = _comm.library_comm(comm)
         lc.before_collective()
@@ -134,7 +135,9 @@ class LoadBalancedAllreduce:
         self._tag0 = lc.tags.block(self._ntags, "load-balanced allreduce")
         lc.acquire()
         self.shares = planner.equal_shares(float(self.n), N)
-        self._history, self._scheds = [], {}
+        self._floors = ([math.nan] * N, [math.nan] * N)
+        self._records = [[[] for _ in range(N)] for _ in ("out", "in")]
+        self._scheds = {}
         self.plan = {"shares": list(self.shares), "slices": []}
         self.rates = {"S": [math.nan] * N, "reports": {}}
         self.calls, self._closed = 0, False
@@ -268,16 +271,28 @@ class LoadBalancedAllreduce:
             allrep = {k: v for part in gathered for k, v in part.items()}
             self.rates["reports"] = allrep
             if allrep:
-                self._history.append(planner.nic_rates(allrep, self.size))
-                self._history = self._history[-self.window:]
-                out, inn = (_nanmedian([h[k] for h in self._history])
-                            for k in (0, 1))
+                held, self._floors, bound = planner.held_estimates(
+                    allrep, self._floors, self.size, self.jump)
+                self.rates["bound"] = bound
+                out, inn = self._follow(held)
                 self.rates["S"] = planner.node_throughput(out, inn)
                 self.rates["out"], self.rates["in"] = out, inn
                 self.rates["links"] = planner.link_rates(allrep)
             shares = (self._shares(), _now() + self.lead)
         self.shares, self._go = ctl.bcast(shares, root=0)
         self.rates = ctl.bcast(self.rates, root=0)
+
+    def _follow(self, estimates):
+        """Each NIC's record after this call's (out, in) estimates; the
+        records' medians (NaN for a NIC never measured)."""
+        medians = []
+        for records, now in zip(self._records, estimates):
+            for i, value in enumerate(now):
+                records[i] = planner.follow(records[i], value, self.window,
+                                            self.jump)
+            medians.append([float(np.median(r)) if r else math.nan
+                            for r in records])
+        return medians
 
     def _shares(self):
         M, N = float(self.n), self.size
