@@ -21,6 +21,8 @@ import sys
 
 import numpy as np
 
+from partialcoll.loadbalance.plan import follow
+
 
 def record(path, mbytes=1.0, every=2.5, redraws=12, slice_elems=30_000,
            schemes="average,aware,oracle"):
@@ -154,19 +156,6 @@ def estimates(calls, M, P, every):
             f"{e / s:4.2f}/{r / s:4.2f}({100 * a / M:3.0f}|"
             f"{100 * b / M:3.0f})"
             for e, r, s, a, b in zip(est, raw, S, nxt, opt)))
-
-
-def follow(record, estimate, window=3, jump=1.25):
-    """A candidate rule (not adopted, see RESULTS): one NIC's record after
-    one more estimate, restarted from it when it is more than ``jump``
-    times off the record's median; the plan would use the median."""
-    if math.isnan(estimate):
-        return list(record)
-    if record:
-        mid = float(np.median(record))
-        if not mid / jump <= estimate <= mid * jump:
-            return [estimate]
-    return (list(record) + [estimate])[-window:]
 
 
 def policies(calls, M, P, every):
