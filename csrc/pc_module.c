@@ -105,9 +105,10 @@ static PyObject *mod_set_network(PyObject *m, PyObject *args)
     return PyUnicode_FromString(pc_engine_transport_name());
 }
 
-/* netem_model(config, t0, t, msgs, now) -> (time, [(state, left, t_end)]):
- * the emulated network's fluid model alone, advanced from t to now with
- * msgs [(src, dst, level, bytes, left)] in its channels (tests) */
+/* netem_model(config, t0, t, msgs, now) -> (time, [(state, left, t_end)],
+ * next event): the emulated network's fluid model alone, advanced from t
+ * to now with msgs [(src, dst, level, bytes, left)] in its channels, and
+ * its next event after that (tests) */
 static PyObject *mod_netem_model(PyObject *m, PyObject *args)
 {
     (void)m;
@@ -134,8 +135,9 @@ static PyObject *mod_netem_model(PyObject *m, PyObject *args)
         if (!PyArg_ParseTuple(item, "ddddd", x, x + 1, x + 2, x + 3, x + 4))
             goto done;
     }
+    double event = NAN;
     double after = netem_model_probe(config, t0, t, msgs, (int)n, now, out,
-                                     err, sizeof err);
+                                     &event, err, sizeof err);
     if (isnan(after)) {
         pc_raise(PC_EINVAL, err);
         goto done;
@@ -151,7 +153,7 @@ static PyObject *mod_netem_model(PyObject *m, PyObject *args)
         PyList_SET_ITEM(list, k, e);
     }
     if (list)
-        res = Py_BuildValue("(dN)", after, list);
+        res = Py_BuildValue("(dNd)", after, list, event);
 done:
     free(msgs);
     free(out);
@@ -355,7 +357,8 @@ static PyMethodDef mod_methods[] = {
      "set_network(config) -> transport name"},
     {"engine_stats", mod_engine_stats, METH_NOARGS, "engine counters"},
     {"netem_model", mod_netem_model, METH_VARARGS,
-     "netem_model(config, t0, t, msgs, now) -> (time, states) (tests)"},
+     "netem_model(config, t0, t, msgs, now) -> (time, states, next event) "
+     "(tests)"},
     {"network_rate", mod_network_rate, METH_VARARGS,
      "network_rate(rank, nic, t) -> (rate, t0): the emulated NIC's rate"},
     {"timeline_enable", mod_timeline_enable, METH_VARARGS,

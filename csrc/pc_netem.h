@@ -37,6 +37,7 @@
 #define PC_NETEM_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 enum { NETEM_QCAP = 256, NETEM_NCLASS = 16, NETEM_MAXRANKS = 256,
@@ -109,6 +110,11 @@ typedef struct {
     int P;
     double t0;                  /* the network's time zero */
     double t_model;             /* the model is advanced up to here */
+    /* bumped (mutex held) whenever a message joins a channel: the only
+     * change to the flows that does not happen at a model event (a flow's
+     * end, a rate redraw), so a rank that saw `gen` and the next event may
+     * skip the model until then (pc_netem.c, netem_poll) */
+    _Atomic uint64_t gen;
     netem_chan ch[];            /* P * P * NLEVEL, see netem_chan_at() */
 } netem_shm;
 
@@ -124,14 +130,18 @@ double netem_low_backlog(const netem_config *c, netem_shm *S, int src);
 /* advance the fluid model to `now` (mutex held) */
 void netem_advance(const netem_config *c, netem_shm *S, double now);
 /* when the first of src's messages on the wire would finish at the
- * current rates (mutex held); INFINITY if none */
-double netem_next_finish(const netem_config *c, netem_shm *S, int src);
+ * current rates (mutex held); INFINITY if none.  *event (if not NULL):
+ * the model's next event of any rank at the current rates, the first
+ * flow's end or rate redraw (INFINITY if none): until then, and while no
+ * message joins a channel, the rates stay as they are. */
+double netem_next_finish(const netem_config *c, netem_shm *S, int src,
+                         double *event);
 /* the rate of a NIC at time t */
 double netem_rate(const netem_config *c, double t0, int rank, int nic,
                   double t);
 /* the model alone on a private segment, for tests (pc_netem_model.c) */
 double netem_model_probe(const char *config, double t0, double t,
                          const double *msgs, int n, double now, double *out,
-                         char *err, int errlen);
+                         double *event, char *err, int errlen);
 
 #endif

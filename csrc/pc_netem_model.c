@@ -440,10 +440,13 @@ void netem_advance(const netem_config *c, netem_shm *S, double now)
     }
 }
 
-double netem_next_finish(const netem_config *c, netem_shm *S, int src)
+double netem_next_finish(const netem_config *c, netem_shm *S, int src,
+                         double *event)
 {
     int P = c->P, nf = 0, mine = -1, nch = P * P * NETEM_NLEVEL;
-    double best = INFINITY;
+    double best = INFINITY, any = next_boundary(c, S->t0, S->t_model);
+    if (event)
+        *event = S->t_model;       /* unknown: no skipping */
     if (scratch(nch) < 0)
         return INFINITY;
     int *flow = flow_buf;
@@ -454,15 +457,21 @@ double netem_next_finish(const netem_config *c, netem_shm *S, int src)
                 mine = nf;
             flow[nf++] = x;
         }
-    if (mine < 0)
+    if (mine < 0 && !event)
         return INFINITY;
-    fair_rates(c, S, S->t_model, flow, nf, rate);
-    for (int f = 0; f < nf; f++)
-        if (netem_chan_src(P, flow[f]) == src && rate[f] > 0) {
-            double tf = S->t_model + head_of(&S->ch[flow[f]])->left / rate[f];
-            if (tf < best)
-                best = tf;
-        }
+    if (nf)
+        fair_rates(c, S, S->t_model, flow, nf, rate);
+    for (int f = 0; f < nf; f++) {
+        if (!(rate[f] > 0))
+            continue;
+        double tf = S->t_model + head_of(&S->ch[flow[f]])->left / rate[f];
+        if (tf < any)
+            any = tf;
+        if (netem_chan_src(P, flow[f]) == src && tf < best)
+            best = tf;
+    }
+    if (event)
+        *event = any;
     return best;
 }
 
@@ -473,7 +482,7 @@ double netem_next_finish(const netem_config *c, netem_shm *S, int src)
  * left, t_end}.  Returns the model's time after, NAN on error (err). */
 double netem_model_probe(const char *config, double t0, double t,
                          const double *msgs, int n, double now, double *out,
-                         char *err, int errlen)
+                         double *event, char *err, int errlen)
 {
     netem_config c;
     double t_after = NAN;
@@ -522,6 +531,7 @@ double netem_model_probe(const char *config, double t0, double t,
         goto out;
     }
     netem_advance(&c, S, now);
+    netem_next_finish(&c, S, 0, event);
     for (int k = 0; k < n; k++) {
         netem_ent *e = &S->ch[slot[k] / NETEM_QCAP].e[slot[k] % NETEM_QCAP];
         out[3 * k] = e->state;

@@ -101,9 +101,13 @@ def rate(value, what="rate"):
 
 
 def seconds(value, what="time"):
-    """Seconds from '1 ms', '250 us', '2 s' or a number of seconds."""
+    """Seconds from '1 ms', '250 us', '2 s', '0' (zero needs no unit) or a
+    number of seconds."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         v = float(value)
+    elif re.fullmatch(r"[+-]?0*\.?0*", str(value).strip()) and \
+            any(c == "0" for c in str(value)):
+        v = 0.0
     else:
         m = re.fullmatch(r"([0-9.eE+-]+)\s*(s|ms|us|µs|ns)", str(value).strip())
         if not m:

@@ -9,15 +9,21 @@ import numpy as np
 import pytest
 
 from partialcoll import _core, network
+from partialcoll._errors import ScheduleError
 
 WIRE, DONE = 1, 2
 
 
-def model(cfg, msgs, t, now, P=2):
-    """(model time after, [(state, left, t_end)]) for ``msgs``
+def model_event(cfg, msgs, t, now, P=2):
+    """(model time after, [(state, left, t_end)], next event) for ``msgs``
     [(src, dst, level, bytes, left of the first in its channel)]."""
     text = network._text(network.normalise(cfg, P), "/unused")
     return _core.netem_model(text, 0.0, t, msgs, now)
+
+
+def model(cfg, msgs, t, now, P=2):
+    """(model time after, [(state, left, t_end)])"""
+    return model_event(cfg, msgs, t, now, P)[:2]
 
 
 def test_a_flow_whose_rest_is_below_the_clocks_resolution_still_ends():
@@ -76,3 +82,70 @@ def test_a_step_short_of_a_flows_end_leaves_it_on_the_wire():
     assert after == t + 5e-4
     state, left, _ = states[0]
     assert state == WIRE and math.isclose(left, 500, rel_tol=1e-6)
+
+
+# The next event: a rank's poll skips the model (no lock, no advancing)
+# until the next event of the whole network, unless a message joined a
+# channel since (pc_netem.c, netem_poll).  The skip is exact only if no
+# flow's rate changes and no flow ends before that event.
+
+SHARED = {"default": {"out_rate": "100 MB/s", "in_rate": "100 MB/s",
+                      "latency": "0"}}
+
+
+def test_the_next_event_is_the_first_end_among_every_ranks_flows():
+    """Ranks 1 and 2 send into rank 0 (50 MB/s each): the next event is
+    rank 1's end (its 1 MB at 50 MB/s), though the probe asks for rank 0,
+    which sends nothing: rank 2's flow speeds up then, so a rank may not
+    sleep past another rank's end."""
+    t = 1000.0
+    msgs = [(1, 0, 0, 1e6, 1e6), (2, 0, 0, 2e6, 2e6)]
+    after, states, event = model_event(SHARED, msgs, t, t, P=3)
+    assert states[0][0] == states[1][0] == WIRE
+    assert event == pytest.approx(t + 0.02, abs=1e-9)
+
+
+def test_after_an_end_the_next_event_follows_the_new_rates():
+    """Past rank 1's end, rank 2 alone has 1 MB left at 100 MB/s."""
+    t = 1000.0
+    msgs = [(1, 0, 0, 1e6, 1e6), (2, 0, 0, 2e6, 2e6)]
+    after, states, event = model_event(SHARED, msgs, t, t + 0.02, P=3)
+    assert states[0][0] == DONE and states[1][0] == WIRE
+    assert states[1][1] == pytest.approx(1e6, rel=1e-9)
+    assert event == pytest.approx(t + 0.03, abs=1e-9)
+
+
+def test_a_rate_redraw_before_any_end_is_the_next_event():
+    """A trace redraws the rates every 5 ms from the network's time zero:
+    that boundary comes before the flow's end (10 ms), and rates may change
+    there."""
+    cfg = {**SHARED, "trace": [{"every": "5 ms", "factors": [1, 2]}]}
+    t = 1000.001
+    after, states, event = model_event(cfg, [(1, 0, 0, 1e6, 1e6)], t, t, P=2)
+    assert event == pytest.approx(1000.005, abs=1e-9)
+
+
+def test_no_flow_and_no_trace_no_event():
+    after, states, event = model_event(SHARED, [], 5.0, 6.0, P=2)
+    assert after == 6.0 and math.isinf(event)
+
+
+def test_a_waiting_message_behind_a_flow_adds_no_earlier_event():
+    """A channel's second message waits for the first: the first's end is
+    the event (the second starts then)."""
+    t = 1000.0
+    msgs = [(0, 1, 0, 1e6, 1e6), (0, 1, 0, 5e5, 5e5)]
+    after, states, event = model_event(SHARED, msgs, t, t, P=2)
+    assert states[1][0] == 0                 # queued
+    assert event == pytest.approx(t + 0.01, abs=1e-9)
+
+
+@pytest.mark.parametrize("text", ["0", "0.0", " 0 ", "0 s", "0ms", 0])
+def test_a_zero_time_needs_no_unit(text):
+    assert network.seconds(text, "latency") == 0.0
+
+
+@pytest.mark.parametrize("text", ["1", "2.5", "", "-", "."])
+def test_a_time_other_than_zero_needs_its_unit(text):
+    with pytest.raises(ScheduleError, match="cannot read"):
+        network.seconds(text, "latency")
