@@ -335,3 +335,17 @@ def test_priority_slot_must_be_one_host_int64():
     with pytest.raises(pc.ScheduleError, match="priority"):
         s.delay(0.0, priority=1.5)
     s.free()
+
+
+def test_dot_export_names_a_priority_read_from_a_slot():
+    """An op whose priority is read from a buffer slot shows that slot
+    element, not the constant 0 stored beside it; a constant priority
+    shows itself."""
+    s = pc.Schedule(MPI.COMM_SELF)
+    b = s.buffer(np.zeros(2))
+    prio = s.buffer(np.zeros(3, np.int64))
+    s.send(b, 0, priority=prio[1:2])
+    s.send(b, 0, priority=7)
+    dot = s.to_dot()
+    assert f"prio {prio[1:2]!r}" in dot, dot
+    assert "prio 7" in dot and "prio 0" not in dot, dot
