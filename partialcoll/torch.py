@@ -12,8 +12,8 @@ except ImportError as e:            # pragma: no cover - depends on the env
     raise ImportError("partialcoll.torch needs PyTorch: pip install "
                       "'partialcoll[torch]' (or your own torch build)") from e
 
-from .eager.torch import (EagerHook, EagerOptimizer,  # noqa: E402
-                          eager_comm_hook, synchronize_model)
+from .eager.torch import EagerOptimizer, synchronize_model  # noqa: E402
+from .eager.torch_ddp import EagerHook, eager_comm_hook  # noqa: E402
 from .broadcast import broadcast_object  # noqa: E402
 from .broadcast_torch import (broadcast_optimizer_state,  # noqa: E402
                               broadcast_parameters)

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed "
                             "(pip install 'partialcoll[torch]')")
 import torch.distributed as dist  # noqa: E402
 
+import partialcoll as pc  # noqa: E402
 import partialcoll.torch as pct  # noqa: E402
 
 # Framework wrappers over the collectives: their subject does not depend on
@@ -171,3 +172,50 @@ def test_broadcast_buffers_warning(gloo, mode, buffers, warns):
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     run_ddp_steps(ddp, opt, 3, RANK)
     hook.close(opt)
+
+
+def test_ddp_hook_compression_fp16_within_float16_rounding(gloo):
+    """``compression=pct.Compression.fp16`` (sync): float16 on the wire.
+    After a few steps the parameters are within float16's rounding of the
+    uncompressed hook's updates, not equal to them, and equal on every
+    rank."""
+    rtol = 2.0 ** -11 * (2 + P)
+    models, hooks, opts = [], [], []
+    for compression in (None, pct.Compression.fp16):
+        torch.manual_seed(0)
+        model = Net()                             # float32
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, bucket_cap_mb=0.01)
+        hook = pct.EagerHook(ddp, mode="sync", compression=compression)
+        ddp.register_comm_hook(hook, pct.eager_comm_hook)
+        models.append(model)
+        hooks.append(hook)
+        opts.append((ddp, torch.optim.SGD(ddp.parameters(), lr=0.05)))
+    w0 = torch.cat([p.detach().reshape(-1) for p in models[0].parameters()])
+    gen_seed = RANK
+    for ddp, opt in opts:
+        gen = torch.Generator().manual_seed(gen_seed)
+        for _ in range(3):
+            x = torch.randn(4, 6, generator=gen)
+            opt.zero_grad()
+            ddp(x).pow(2).mean().backward()
+            opt.step()
+    plain, packed = (torch.cat([p.detach().reshape(-1) for p in
+                                m.parameters()]) for m in models)
+    step = (plain - w0).abs().max().item()
+    assert step > 0
+    np.testing.assert_allclose(packed.numpy(), plain.numpy(), rtol=0,
+                               atol=3 * rtol * step + 1e-7)
+    assert not torch.equal(plain, packed)
+    np.testing.assert_array_equal(packed.numpy(),
+                                  COMM.bcast(packed.numpy(), root=0))
+    assert hooks[1].averager.compression == "fp16"
+    for hook, (_, opt) in zip(hooks, opts):
+        assert hook.close(opt) is None
+
+
+def test_ddp_hook_compression_refused_in_a_partial_mode(gloo):
+    torch.manual_seed(0)
+    ddp = torch.nn.parallel.DistributedDataParallel(Net())
+    with pytest.raises(pc.ScheduleError, match="compression"):
+        pct.EagerHook(ddp, mode="solo", compression="fp16")

@@ -19,15 +19,14 @@ from mpi4py import MPI
 from .. import _comm, _device
 from .._buffers import as_array
 from .._errors import ScheduleError
-from ..ops import OPS, as_op
-from ..collectives._staging import check_compression
-from ..collectives.allreduce import allreduce, iallreduce
+from ..collectives.allreduce import iallreduce
 from ..collectives.partial import (MajorityAllreduce, QuorumAllreduce,
                                    SoloAllreduce)
-
-MODES = ("solo", "majority", "sync", "sync-mpi")
-SYNC_MODES = ("sync", "sync-mpi")
-REDUCTIONS = ("average", "sum")
+from ._buckets import (check_order, check_priorities, memory_of,
+                       partial_buckets, plan_buckets, prioritise, spec,
+                       sync_buckets)
+from ._checks import (SYNC_MODES, check_compression_for_mode, check_mode,
+                      check_op, check_predivide, describe_gradient_mismatch)
 
 
 class StepInfo:
@@ -56,72 +55,6 @@ class StepInfo:
     def __repr__(self):
         return ("StepInfo(" + ", ".join(f"{k}={getattr(self, k)}"
                                         for k in self.__slots__) + ")")
-
-
-def check_mode(mode, size):
-    """Normalise ``mode``: "solo", "majority", "sync", "sync-mpi" or an int
-    quorum (also given as a string of digits)."""
-    if isinstance(mode, str):
-        if mode.lower() in MODES:
-            return mode.lower()
-        if mode.isdigit():
-            mode = int(mode)
-    if isinstance(mode, (int, np.integer)) and not isinstance(mode, bool):
-        if not 1 <= int(mode) <= size:
-            raise ScheduleError(f"quorum mode must be between 1 and the "
-                                f"number of processes ({size}), not {mode}")
-        return int(mode)
-    raise ScheduleError(f"mode must be 'solo', 'majority', 'sync', 'sync-mpi' "
-                        f"or an integer quorum, not {mode!r}")
-
-
-def check_op(op):
-    """Normalise ``op``: ``"average"`` or ``"sum"`` (any case), or the
-    summing op as ``partialcoll.SUM`` / ``MPI.SUM``."""
-    if isinstance(op, str) and op.lower() in REDUCTIONS:
-        return op.lower()
-    if "adasum" in str(op).lower():
-        raise ScheduleError("op: Adasum is not supported; gradients are "
-                            "averaged ('average') or summed ('sum')")
-    try:
-        if as_op(op) is OPS["SUM"]:
-            return "sum"
-    except ScheduleError:
-        pass
-    raise ScheduleError(f"op must be 'average' or 'sum' (also "
-                        f"partialcoll.SUM, MPI.SUM), not {op!r}: gradients "
-                        f"are averaged or summed")
-
-
-def check_predivide(factor, op):
-    """Horovod's ``gradient_predivide_factor``: a finite number > 0, and not
-    1 only when averaging."""
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) \
-            or not np.isfinite(factor) or factor <= 0:
-        raise ScheduleError(f"gradient_predivide_factor must be a finite "
-                            f"number > 0, not {factor!r}")
-    if factor != 1 and op != "average":
-        raise ScheduleError("gradient_predivide_factor splits an average: "
-                            "it needs op='average'")
-    return float(factor)
-
-
-class _Bucket:
-    """A fused buffer for some of the gradients, and its collective."""
-
-    def __init__(self, dtype, members, mem):
-        self.dtype = np.dtype(dtype)
-        self.members = members              # [(index, offset, size, shape)]
-        self.size = sum(m[2] for m in members)
-        self.send = mem.full(self.size, 0, self.dtype)
-        self.priority = 0                   # of its messages (lower first)
-        self.parts = [(0, self.size)]       # slices, one collective each
-        self.colls = []                     # partial allreduce per part
-
-    @property
-    def coll(self):
-        """The partial allreduce of the (first) part; None in sync modes."""
-        return self.colls[0] if self.colls else None
 
 
 class EagerAverager:
@@ -218,7 +151,7 @@ class EagerAverager:
         self.mode = check_mode(mode, self.size)
         self.op = check_op(op)
         self.predivide = check_predivide(predivide, self.op)
-        self.compression = _check_compression(compression, self.mode)
+        self.compression = check_compression_for_mode(compression, self.mode)
         if sync_every is not None and (isinstance(sync_every, bool) or
                                        int(sync_every) < 1):
             raise ScheduleError("sync_every must be a positive integer or None")
@@ -233,9 +166,9 @@ class EagerAverager:
                                 "modes only: separate majority/quorum rounds "
                                 "per bucket can wait on each other forever")
         templates = list(templates)
-        self._mem, self._device = _memory_of(
+        self._mem, self._device = memory_of(
             templates + ([] if device is None else [device]))
-        specs = [_spec(t) for t in templates]
+        specs = [spec(t) for t in templates]
         if not specs:
             raise ScheduleError("nothing to average: no gradients given")
         self.names = (list(names) if names is not None
@@ -244,14 +177,14 @@ class EagerAverager:
             raise ScheduleError("names and templates differ in length")
         self.specs = specs
         self.sync_every = None if sync_every is None else int(sync_every)
-        order = _check_order(order, len(specs))
+        order = check_order(order, len(specs))
         self.overlap = bool(overlap)
         if self.overlap and self.mode == "sync-mpi":
             raise ScheduleError("overlap: 'sync-mpi' reduces with a blocking "
                                 "MPI_Allreduce; use 'sync' to overlap")
         lc = _comm.library_comm(comm)
         if priorities is not None or partition_bytes is not None:
-            _check_priorities(self.mode, priorities, partition_bytes, specs)
+            check_priorities(self.mode, priorities, partition_bytes, specs)
         self._check_same_everywhere(
             lc.ctl, bucket_bytes, seed,
             None if priorities is None else [int(p) for p in priorities],
@@ -259,12 +192,12 @@ class EagerAverager:
                               **dict(agree or {})})
         self.comm = comm
         self._lc = lc.acquire()     # its control duplicate, until close()
-        self._buckets = _plan_buckets(specs, bucket_bytes, self._mem, order)
+        self._buckets = plan_buckets(specs, bucket_bytes, self._mem, order)
         self._where = {}            # gradient index -> (bucket index, member)
         for k, b in enumerate(self._buckets):
             for m in b.members:
                 self._where[m[0]] = (k, m)
-        _prioritise(self._buckets, priorities, partition_bytes)
+        prioritise(self._buckets, priorities, partition_bytes)
         if self.mode not in SYNC_MODES:
             kw = {"comm": comm, "sync_every": self.sync_every}
             for b in self._buckets:
@@ -302,7 +235,7 @@ class EagerAverager:
         everyone, bad = _comm.disagreements(comm, mine)
         if not bad:
             return
-        lines = [_describe_gradient_mismatch([d[k] for d in everyone])
+        lines = [describe_gradient_mismatch([d[k] for d in everyone])
                  if k == "gradients" else _comm.per_rank(everyone, k)
                  for k in bad]
         raise ScheduleError("eager-SGD set up differently on different ranks: "
@@ -325,7 +258,7 @@ class EagerAverager:
             res, out = self._finish()
         elif self.mode == "sync":
             self._predivide(self._buckets)
-            res, out = None, _sync_buckets(self._buckets, self._mem,
+            res, out = None, sync_buckets(self._buckets, self._mem,
                                            self.comm, self.compression)
         elif self.mode in SYNC_MODES:
             self._predivide(self._buckets)
@@ -337,7 +270,7 @@ class EagerAverager:
                 out.append(self._mem.from_host(r))
         else:
             self._predivide(self._buckets)
-            res, out = _partial_buckets(self._buckets, self._mem,
+            res, out = partial_buckets(self._buckets, self._mem,
                                         lambda c, part: c.start(part))
         self._new_step()
         if res is None:
@@ -414,7 +347,7 @@ class EagerAverager:
         self.abandon()
         if self.mode in SYNC_MODES:
             return None
-        res, out = _partial_buckets(self._buckets, self._mem,
+        res, out = partial_buckets(self._buckets, self._mem,
                                     lambda c, part: c.flush())
         extra = self._take_stash(out)
         xp = self._mem.xp
@@ -604,189 +537,6 @@ class EagerAverager:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _memory_of(templates):
-    """(memory backend, device id) of the template arrays: all host, or all
-    on one device."""
-    found = {(_device.backend_of(t), _device.backend_of(t) and
-              _device.backend_of(t).device_id(t))
-             for t in templates if not _is_spec(t)}
-    if len(found) > 1:
-        raise ScheduleError("gradient templates mix host and device memory "
-                            "(or devices): keep them in one place")
-    be, dev = found.pop() if found else (None, None)
-    return be or _device.HOST, dev
-
-
-def _is_spec(t):
-    return isinstance(t, tuple) and len(t) == 2 and \
-        not isinstance(t[0], np.ndarray)
-
-
-def _spec(t):
-    if _device.backend_of(t) is not None:
-        shape, dtype = t.shape, np.dtype(t.dtype)
-    elif _is_spec(t):
-        shape, dtype = t
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        dtype = np.dtype(dtype)
-    else:
-        a = np.asarray(t) if not isinstance(t, np.ndarray) else t
-        shape, dtype = a.shape, a.dtype
-    if dtype.kind not in "fc":
-        raise ScheduleError(f"gradients must be floating point, not {dtype}")
-    return tuple(int(s) for s in shape), dtype
-
-
-def _plan_buckets(specs, bucket_bytes, mem, order=None):
-    """One fused buffer in the widest gradient dtype (at least float32: MPI
-    has no float16) holding the gradients in ``order`` (None: index
-    order), split into buckets of about ``bucket_bytes`` at gradient
-    boundaries (None: one bucket)."""
-    dtype = np.result_type(np.float32, *[d for _, d in specs])
-    buckets, cur, off = [], [], 0
-    for i in (range(len(specs)) if order is None else order):
-        shape = specs[i][0]
-        n = int(np.prod(shape, dtype=np.int64))
-        if cur and bucket_bytes and (off + n) * dtype.itemsize > bucket_bytes:
-            buckets.append(_Bucket(dtype, cur, mem))
-            cur, off = [], 0
-        cur.append((i, off, n, shape))
-        off += n
-    buckets.append(_Bucket(dtype, cur, mem))
-    return buckets
-
-
-def _check_compression(compression, mode):
-    """``compression`` as ``allreduce`` takes it (None or "fp16"), refused
-    outside ``"sync"``."""
-    try:
-        compression = check_compression(compression)
-    except ScheduleError:
-        raise ScheduleError(f"compression must be None or 'fp16' "
-                            f"(partialcoll.Compression.fp16), not "
-                            f"{compression!r}") from None
-    if compression is not None and mode != "sync":
-        raise ScheduleError(f"compression={compression!r} works with "
-                            f"mode='sync' only, not {mode!r}: the partial "
-                            f"collectives and MPI_Allreduce ('sync-mpi') "
-                            f"do not compress")
-    return compression
-
-
-def _check_order(order, n):
-    """``order`` as a list of ints, a permutation of range(n), or None."""
-    if order is None:
-        return None
-    try:
-        order = [int(i) for i in order]
-    except (TypeError, ValueError):
-        raise ScheduleError("order must be a list of gradient indices") \
-            from None
-    if sorted(order) != list(range(n)):
-        raise ScheduleError(f"order must name every gradient index 0..{n - 1}"
-                            f" once")
-    return order
-
-
-# -- priorities and partitions (TicTac for allreduce) ------------------------
-def _check_priorities(mode, priorities, partition_bytes, specs):
-    if mode not in ("solo", "sync"):
-        raise ScheduleError("priorities and partition_bytes work with 'solo' "
-                            "and 'sync' modes only")
-    if priorities is not None and len(list(priorities)) != len(specs):
-        raise ScheduleError(f"priorities: one number per gradient "
-                            f"({len(specs)}), got {len(list(priorities))}")
-    if partition_bytes is not None and int(partition_bytes) < 1:
-        raise ScheduleError("partition_bytes must be a positive integer or "
-                            "None")
-
-
-def _prioritise(buckets, priorities, partition_bytes):
-    """A bucket's priority is its most urgent member's; a bucket over
-    ``partition_bytes`` is cut into equal slices (one collective each)."""
-    for b in buckets:
-        if priorities is not None:
-            b.priority = min(int(priorities[i]) for i, *_ in b.members)
-        if partition_bytes:
-            per = max(1, int(partition_bytes) // b.dtype.itemsize)
-            n = -(-b.size // per)
-            cuts = [b.size * k // n for k in range(n + 1)]
-            b.parts = [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
-
-
-def _by_priority(buckets):
-    """(bucket, part index) pairs, most urgent first (the same on every
-    rank: priorities are checked to agree), so with no cap on sends the
-    wire still takes them in that order."""
-    return sorted(((b, j) for b in buckets for j in range(len(b.parts))),
-                  key=lambda bj: bj[0].priority)
-
-
-def _sync_buckets(buckets, mem, comm, compression=None):
-    """Every part of every bucket as a concurrent iallreduce at its
-    bucket's priority; returns one reduced buffer per bucket.  A single
-    part takes the blocking allreduce (its cached fast path)."""
-    out = [mem.empty(b.size, b.dtype) for b in buckets]
-    if len(buckets) == 1 and len(buckets[0].parts) == 1:
-        allreduce(buckets[0].send, out[0], comm=comm,
-                  priority=buckets[0].priority, compression=compression)
-        return out
-    where = {id(b): r for b, r in zip(buckets, out)}
-    reqs = [iallreduce(b.send[lo:hi], where[id(b)][lo:hi], comm=comm,
-                       priority=b.priority, compression=compression)
-            for b, j in _by_priority(buckets) for lo, hi in [b.parts[j]]]
-    for r in reqs:
-        r.wait()
-    return out
-
-
-def _partial_buckets(buckets, mem, call):
-    """``call(collective, part)`` for every part (most urgent first): a
-    request (waited for after all started) or a result.  Returns (results,
-    one buffer per bucket)."""
-    got = {}
-    for b, j in _by_priority(buckets):
-        lo, hi = b.parts[j]
-        got[(id(b), j)] = call(b.colls[j], b.send[lo:hi])
-    for key, h in got.items():
-        got[key] = h.wait() if hasattr(h, "wait") else h
-    res, out = [], []
-    for b in buckets:
-        parts = [got[(id(b), j)] for j in range(len(b.parts))]
-        res += parts
-        flat = [r.data.reshape(-1) for r in parts]
-        out.append(flat[0] if len(flat) == 1 else mem.xp.concatenate(flat))
-    return res, out
-
-
-def _describe_gradient_mismatch(per_rank):
-    ref = per_rank[0]
-    for r, g in enumerate(per_rank[1:], 1):
-        if g == ref:
-            continue
-        a, b = {n: (s, d) for n, s, d in ref}, {n: (s, d) for n, s, d in g}
-        only0 = sorted(set(a) - set(b))
-        onlyr = sorted(set(b) - set(a))
-        diff = sorted(n for n in set(a) & set(b) if a[n] != b[n])
-        parts = []
-        if only0:
-            parts.append(f"only rank 0 has {_few(only0)}")
-        if onlyr:
-            parts.append(f"only rank {r} has {_few(onlyr)}")
-        for n in diff[:3]:
-            parts.append(f"{n} is {a[n][0]} {np.dtype(a[n][1])} on rank 0 "
-                         f"but {b[n][0]} {np.dtype(b[n][1])} on rank {r}")
-        if not parts:
-            parts.append(f"the gradients are in a different order on rank {r}")
-        return "gradients differ: " + "; ".join(parts)
-    return "gradients differ"
-
-
-def _few(names):
-    return ", ".join(names[:4]) + (f" and {len(names) - 4} more"
-                                   if len(names) > 4 else "")
 
 
 class AveragerFront:

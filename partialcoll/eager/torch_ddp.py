@@ -1,0 +1,179 @@
+"""eager-SGD as a ``DistributedDataParallel`` communication hook
+(:class:`EagerHook`, :func:`eager_comm_hook`), for DDP users who keep their
+optimizer; the optimizer wrapper is in :mod:`partialcoll.eager.torch`."""
+import warnings
+
+import torch
+
+from .._errors import ScheduleError
+from .core import SYNC_MODES, EagerAverager
+from .torch import _backward_order, _host_view, _np_dtype, _set_grads
+from .torch_overlap import DEFAULT_BUCKET_BYTES
+
+
+class EagerHook:
+    """eager-SGD as a ``DistributedDataParallel`` communication hook, for
+    DDP users who keep their optimizer as it is::
+
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, broadcast_buffers=False)       # gloo group; see below
+        hook = pct.EagerHook(ddp, mode="solo")
+        ddp.register_comm_hook(hook, pct.eager_comm_hook)
+        ...                       # train as usual with any optimizer
+        hook.flush(optimizer)     # collective: pending gradients applied
+
+    DDP hands the gradients over bucket by bucket during backward.  The hook
+    averages them over MPI in its own buckets (fixed: a parameter order and
+    size cap that do not change when DDP rebuilds its buckets after the
+    first iteration), gradients in reverse registration order as DDP fills
+    its buckets.  With ``overlap`` (default) in ``"solo"`` and ``"sync"``,
+    each of its buckets starts its reduction as soon as DDP has handed over
+    all its gradients, so communication runs while backward goes on; in
+    ``"majority"`` and quorum (one fused round per step) the round starts at
+    the last gradient.  DDP reads the results only once backward is over,
+    so the futures are completed at its last bucket.  ``overlap=False``:
+    everything starts at the last bucket.
+
+    ``mode``, ``sync_every``, ``comm`` and ``seed`` are as for
+    :class:`EagerOptimizer`; ``last_step`` and ``stats()`` too.
+    ``bucket_bytes``: the hook's bucket cap in ``"solo"`` and ``"sync"``
+    (None: DDP's ``bucket_cap_mb``, else 25 MiB).  ``compression``: as for
+    :class:`EagerOptimizer` (``pct.Compression.fp16``: float16 on the
+    wire; ``"sync"`` only, the partial modes refuse it).
+
+    DDP synchronises the ranks itself at some points, whatever the hook
+    does: with ``broadcast_buffers=True`` (DDP's default) and a model with
+    buffers (BatchNorm's running statistics), every forward pass starts
+    with a broadcast from rank 0, so a fast rank waits for a slow one at
+    every step and a partial mode cannot tolerate stragglers (measured: a
+    median step of 206 ms against 1.9 ms with the broadcast off).  A
+    warning says so when the hook is made for such a model in a mode other
+    than sync.  Also: ``find_unused_parameters=True`` (an allreduce of the
+    used-parameter map at every backward), ``SyncBatchNorm`` (collectives
+    in every forward), and once, the parameter broadcast when DDP is made
+    and the bucket rebuild after the first iteration.
+    """
+
+    def __init__(self, model, mode="solo", sync_every=None, comm=None, seed=0,
+                 *, bucket_bytes=None, overlap=True, compression=None):
+        module = getattr(model, "module", model)
+        if not isinstance(module, torch.nn.Module):
+            raise ScheduleError("EagerHook takes the DDP model (or its module)")
+        if not isinstance(overlap, bool):
+            raise ScheduleError(f"overlap must be True or False, not "
+                                f"{overlap!r}")
+        given = [(n, p) for n, p in module.named_parameters()
+                 if p.requires_grad]
+        self._named = sorted(given, key=lambda item: item[0])
+        if not self._named:
+            raise ScheduleError("the model has no parameter that requires a "
+                                "gradient")
+        self._index = {id(p): i for i, (_, p) in enumerate(self._named)}
+        templates = [(tuple(p.shape), _np_dtype(p, n)) for n, p in self._named]
+        plain = mode.lower() if isinstance(mode, str) else None
+        bucketed = plain in ("solo", "sync")
+        if bucket_bytes is None and bucketed:
+            bucket_bytes = int(getattr(model, "bucket_bytes_cap", 0)) or \
+                DEFAULT_BUCKET_BYTES
+        names = [n for n, _ in given]
+        self.averager = EagerAverager(
+            templates, mode, sync_every, comm, bucket_bytes, seed,
+            [n for n, _ in self._named],
+            order=_backward_order(self._named, names),
+            overlap=overlap and plain != "sync-mpi", compression=compression)
+        self.overlap = self.averager.overlap
+        self.buckets = 0              # DDP buckets in the latest step
+        self._reset()
+        _warn_ddp_sync_points(model, module, self.averager.mode)
+
+    def _reset(self):
+        self._grads = [None] * len(self._named)
+        self._waiting = []            # (bucket buffer, layout, future)
+
+    def _layout(self, bucket):
+        out, off = [], 0
+        for p in bucket.parameters():
+            i = self._index.get(id(p))
+            if i is None:
+                raise ScheduleError("DDP handed the hook a parameter that "
+                                    "its model does not have")
+            out.append((i, off, p.numel()))
+            off += p.numel()
+        return out
+
+    def _on_bucket(self, bucket):
+        buf = bucket.buffer()
+        layout = self._layout(bucket)
+        flat = _host_view(buf)
+        for i, off, n in layout:
+            self._grads[i] = flat[off:off + n]
+            if self.overlap:          # starts the buckets it completes
+                self.averager.offer(i, self._grads[i])
+        fut = torch.futures.Future()
+        self._waiting.append((buf, layout, fut))
+        if bucket.is_last():
+            self.buckets = len(self._waiting)
+            try:
+                averaged, _ = self.averager.reduce(self._grads)
+                for b, lay, f in self._waiting:
+                    with torch.no_grad():
+                        for i, off, n in lay:
+                            b[off:off + n].copy_(torch.from_numpy(
+                                averaged[i].reshape(-1)))
+                    f.set_result(b)
+            finally:
+                self._reset()
+        return fut
+
+    def flush(self, optimizer):
+        """Collective: average everything still pending and apply it with
+        one extra ``optimizer.step()`` (on every rank, or on none).
+        Returns the StepInfo or None."""
+        out = self.averager.flush()
+        if out is None:
+            return None
+        _set_grads(self._named, out[0])
+        optimizer.step()
+        return out[1]
+
+    def close(self, optimizer):
+        """Collective: flush (applied with ``optimizer``), then free."""
+        info = self.flush(optimizer)
+        self.averager.close()
+        return info
+
+    @property
+    def last_step(self):
+        return self.averager.last
+
+    def stats(self):
+        return self.averager.stats()
+
+
+def _warn_ddp_sync_points(model, module, mode):
+    """Warn when DDP will broadcast buffers at every forward pass (a
+    synchronisation point) under a mode meant to tolerate stragglers."""
+    # torch >= 2.13 calls it forward_sync_buffers (broadcast_buffers is a
+    # deprecated alias)
+    on = getattr(model, "forward_sync_buffers",
+                 getattr(model, "broadcast_buffers", False))
+    if mode in SYNC_MODES or not on:
+        return
+    buffers = sum(1 for _ in module.buffers())
+    if not buffers:
+        return
+    warnings.warn(
+        f"EagerHook in mode {mode!r} on a DistributedDataParallel model with "
+        f"broadcast_buffers=True and {buffers} buffer(s): DDP broadcasts "
+        f"them from rank 0 at every forward pass, which makes every rank "
+        f"wait for the slowest each step, whatever the hook does.  Pass "
+        f"broadcast_buffers=False (torch >= 2.13: forward_sync_buffers="
+        f"False) to DistributedDataParallel, and average the buffers now "
+        f"and then with pct.synchronize_model",
+        RuntimeWarning, stacklevel=3)
+
+
+def eager_comm_hook(state, bucket):
+    """The function to register with ``ddp.register_comm_hook(state, ...)``;
+    ``state`` is an :class:`EagerHook`."""
+    return state._on_bucket(bucket)
