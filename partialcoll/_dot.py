@@ -24,7 +24,7 @@ def _label(i, o, kind):
         label += f" {p}" if p is not None else f" {o['value'] / 1e9:g} s"
     if o["need"]:
         label += f"\\n({o['need']} of {len(o['deps'])})"
-    if o.get("prio_param") is not None:
+    if o["prio_param"] is not None:
         label += f"\\nprio {o['prio_param']}"
     elif o["priority"]:
         label += f"\\nprio {o['priority']}"

@@ -100,13 +100,20 @@ def rate(value, what="rate"):
     return v
 
 
+def _bare_number(text):
+    """``text`` as a float when it is a number without a unit, else None."""
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        return None
+
+
 def seconds(value, what="time"):
     """Seconds from '1 ms', '250 us', '2 s', '0' (zero needs no unit) or a
     number of seconds."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         v = float(value)
-    elif re.fullmatch(r"[+-]?0*\.?0*", str(value).strip()) and \
-            any(c == "0" for c in str(value)):
+    elif _bare_number(value) == 0:
         v = 0.0
     else:
         m = re.fullmatch(r"([0-9.eE+-]+)\s*(s|ms|us|µs|ns)", str(value).strip())

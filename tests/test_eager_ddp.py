@@ -192,9 +192,8 @@ def test_ddp_hook_compression_fp16_within_float16_rounding(gloo):
         hooks.append(hook)
         opts.append((ddp, torch.optim.SGD(ddp.parameters(), lr=0.05)))
     w0 = torch.cat([p.detach().reshape(-1) for p in models[0].parameters()])
-    gen_seed = RANK
     for ddp, opt in opts:
-        gen = torch.Generator().manual_seed(gen_seed)
+        gen = torch.Generator().manual_seed(RANK)
         for _ in range(3):
             x = torch.randn(4, 6, generator=gen)
             opt.zero_grad()

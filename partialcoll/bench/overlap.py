@@ -302,8 +302,9 @@ def run(args, comm=MPI.COMM_WORLD):
     link = ("local link" if rate is None else
             f"emulated link {rate if isinstance(rate, str) else f'{rate / 1e6:.1f} MB/s'}"
             f", latency {args.latency}")
-    emit(rows, ["mode", "variant", "ranks", "MiB", "buckets", "forward_ms", "backward_ms",
-                "comm_ms", "step_ms", "fwd_bwd_ms", "step()_ms", "early", "ratio"], args,
+    emit(rows, ["mode", "variant", "ranks", "MiB", "buckets", "forward_ms",
+                "backward_ms", "comm_ms", "step_ms", "fwd_bwd_ms", "step()_ms",
+                "early", "ratio"], args,
          f"overlap with backward: {comm.size} ranks, MLP {args.layers} x "
          f"{args.width} (float32), batch {args.batch} per rank, buckets "
          f"{args.bucket}B, {link} (auto: comm = {args.rho} x backward); "
