@@ -289,18 +289,40 @@ def to_float16(array):
         return array.astype(np.float16)
 
 
+def reduced_as(array, given, dtype):
+    """``array`` (elements of ``given``; bfloat16 as uint16 bits) as
+    ``dtype``, the dtype a partial collective reduces in: the same array
+    when they agree, else a converted copy (a 16-bit float widened to
+    float32, exactly; anything rounded to float16 under wire
+    compression)."""
+    if given is not BFLOAT16 and given == dtype:
+        return array
+    if is_half(given):
+        array = widen(array, given)
+    return to_float16(array) if dtype == FLOAT16 else array
+
+
 def deliver(array, dtype, kind):
-    """A result for the caller: ``array`` (float32 when ``dtype`` is 16-bit)
+    """A result for the caller: ``array`` as reduced (of ``dtype`` itself,
+    float32 when ``dtype`` is 16-bit, or float16 under wire compression)
     as ``kind``'s type and ``dtype``."""
-    if not is_half(dtype):
+    if dtype is not BFLOAT16 and array.dtype == dtype:
         return kind.wrap(array)
-    if kind is ARRAY:
-        if dtype is BFLOAT16:
-            raise ScheduleError("a bfloat16 result needs an array type that "
-                                "has bfloat16 (e.g. torch)")
-        return narrow(array, dtype)
+    if is_half(dtype):
+        if array.dtype != FLOAT32:           # float16 -> bfloat16
+            array = array.astype(np.float32)
+        if kind is ARRAY:
+            if dtype is BFLOAT16:
+                raise ScheduleError("a bfloat16 result needs an array type "
+                                    "that has bfloat16 (e.g. torch)")
+            return narrow(array, dtype)
+        obj, storage = kind.new(array.shape)
+        narrow(array, dtype, out=storage)
+        return obj
+    if kind is ARRAY:                        # float16 -> wider: exact
+        return array.astype(dtype)
     obj, storage = kind.new(array.shape)
-    narrow(array, dtype, out=storage)
+    storage[...] = array
     return obj
 
 

@@ -213,8 +213,8 @@ def test_ddp_hook_compression_fp16_within_float16_rounding(gloo):
         assert hook.close(opt) is None
 
 
-def test_ddp_hook_compression_refused_in_a_partial_mode(gloo):
+def test_ddp_hook_compression_refused_with_sync_mpi(gloo):
     torch.manual_seed(0)
     ddp = torch.nn.parallel.DistributedDataParallel(Net())
     with pytest.raises(pc.ScheduleError, match="compression"):
-        pct.EagerHook(ddp, mode="solo", compression="fp16")
+        pct.EagerHook(ddp, mode="sync-mpi", compression="fp16")

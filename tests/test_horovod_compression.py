@@ -98,12 +98,12 @@ def test_wrong_compression_is_refused_up_front():
         with pytest.raises(pc.ScheduleError,
                            match="compression must be None or 'fp16'"):
             pct.EagerOptimizer(inner, named, mode="sync", compression=bad)
-    for mode in ("solo", "majority", 1, "sync-mpi"):
-        with pytest.raises(pc.ScheduleError,
-                           match="works with mode='sync' only"):
-            pct.EagerOptimizer(inner, named, mode=mode, compression="fp16")
-    with pytest.raises(pc.ScheduleError, match="works with mode='sync'"):
-        EagerAverager([np.zeros(4, np.float32)], "solo", compression="fp16")
+    with pytest.raises(pc.ScheduleError,
+                       match="does not work with mode='sync-mpi'"):
+        pct.EagerOptimizer(inner, named, mode="sync-mpi", compression="fp16")
+    with pytest.raises(pc.ScheduleError, match="mode='sync-mpi'"):
+        EagerAverager([np.zeros(4, np.float32)], "sync-mpi",
+                      compression="fp16")
     COMM.Barrier()
 
 
@@ -141,5 +141,34 @@ def test_numpy_optimizer_takes_compression():
                         compression=pc.Compression.fp16) as opt:
         opt.step([g])
     np.testing.assert_allclose(-w, exact, rtol=RTOL, atol=RTOL * 4)
-    with pytest.raises(pc.ScheduleError, match="works with mode='sync'"):
-        EagerOptimizer(SGD([w], lr=1.0), "solo", compression="fp16")
+    with pytest.raises(pc.ScheduleError, match="mode='sync-mpi'"):
+        EagerOptimizer(SGD([w], lr=1.0), "sync-mpi", compression="fp16")
+
+
+def test_torch_optimizer_compresses_in_solo():
+    """A partial mode: the gradients applied over the steps and the closing
+    flush add up to the uncompressed ones within float16's rounding."""
+    model = make_model()
+    w0 = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    opt = pct.EagerOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                             model.named_parameters(), mode="solo",
+                             compression="fp16")
+    assert all(c.compression == "fp16"
+               for b in opt.averager._buckets for c in b.colls)
+    total, absum = 0, 0
+    for step in range(4):
+        opt.zero_grad()
+        backward(model, step)
+        g = torch.cat([p.grad.detach().reshape(-1).clone()
+                       for p in model.parameters()]).numpy().astype(float)
+        total, absum = total + g, absum + np.abs(g)
+        opt.step()
+    opt.close()                           # applies what is still pending
+    w = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    exact = COMM.allreduce(total) / P     # every rank's gradients, once
+    moved = (w0 - w).numpy().astype(float)
+    # float16: each gradient rounded when deposited and at each sum it is
+    # in; float32: the parameter updates
+    tol = (P + 3) * 2.0 ** -11 * COMM.allreduce(absum) / P + \
+        1e-6 * (1 + np.abs(w0.numpy()))
+    assert (np.abs(moved - exact) <= tol).all()

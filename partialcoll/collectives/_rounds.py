@@ -198,7 +198,8 @@ class Rounds:
                 "dtype": str(self.given), "op": self.op.name,
                 "quorum": self.quorum, "seed": self.seed,
                 "catch_up": self.catch_up, "sync_every": self.sync_every,
-                "algorithm": algorithm, "priority": self.priority}
+                "algorithm": algorithm, "priority": self.priority,
+                "compression": self.compression}
         everyone, bad = _comm.disagreements(lc.ctl, mine)
         if bad:
             detail = "; ".join(_comm.per_rank(everyone, k) for k in bad)
@@ -305,8 +306,9 @@ class Rounds:
     def take_buffer(self, sendbuf, what="sendbuf"):
         """``sendbuf`` (any array or tensor, see :mod:`.._arrays`) as a flat
         array where this object's buffers live, checked against its dtype
-        and size (raises if closed), widened to float32 when 16-bit; and
-        the :class:`~.._arrays.ArrayKind` of the caller's results."""
+        and size (raises if closed), as the dtype it reduces in (16-bit
+        floats widened to float32; rounded to float16 under compression);
+        and the :class:`~.._arrays.ArrayKind` of the caller's results."""
         self.check_open()
         data = sendbuf if isinstance(sendbuf, _arrays.Data) else \
             _arrays.ingest(sendbuf, what)
@@ -317,9 +319,7 @@ class Rounds:
             raise ScheduleError(f"{what} is {data.dtype}[{x.size}], this "
                                 f"{self.name} takes {self.given}"
                                 f"{list(self.shape)}")
-        if _arrays.is_half(self.given):
-            x = _arrays.widen(x, self.given)
-        return x, data.kind
+        return _arrays.reduced_as(x, self.given, self.dtype), data.kind
 
     def start(self, x):
         """Contribute ``x`` (a flat array on the object's memory); returns a

@@ -15,6 +15,7 @@ from .. import _arrays, _device
 from .._errors import ScheduleError, require_thread_multiple
 from ..ops import OPS, as_op
 from . import _rounds
+from ._staging import Compression, check_compression
 from ._rounds import PartialResult, designated as _designated  # noqa: F401
 from ._rounds import tag_block_size  # noqa: F401
 
@@ -23,7 +24,7 @@ SUM = OPS["SUM"]
 
 def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
                 sync_every=None, quorum=None, seed=0, algorithm=None,
-                priority=0):
+                priority=0, compression=None):
     """Check the arguments and make the state of a partial allreduce object
     (:class:`._rounds.Rounds`) shaped like ``like`` (collective)."""
     require_thread_multiple()
@@ -38,11 +39,21 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
     comm = MPI.COMM_WORLD if comm is None else comm
     if sync_every is not None and int(sync_every) < 1:
         raise ScheduleError("sync_every must be a positive integer or None")
-    # 16-bit floats are deposited, reduced and accumulated in float32 and
-    # rounded once, when a result is delivered (see deliver)
+    compression = check_compression(compression)
+    if compression == Compression.fp16 and like.dtype.kind == "f":
+        # wire compression: deposited (rounded), sent, reduced and
+        # accumulated as float16; a result is widened back when delivered
+        dtype = _arrays.FLOAT16
+        _arrays.check_op(op, dtype)
+    elif _arrays.is_half(like.dtype):
+        # 16-bit floats are deposited, reduced and accumulated in float32
+        # and rounded once, when a result is delivered (see deliver)
+        dtype = _arrays.FLOAT32
+    else:
+        dtype, compression = like.dtype, None   # not compressed (Horovod's)
     args = {"name": name, "shape": like.shape, "given": like.dtype,
-            "dtype": _arrays.FLOAT32 if _arrays.is_half(like.dtype)
-            else like.dtype, "array_kind": like.kind, "op": op,
+            "dtype": dtype, "compression": compression,
+            "array_kind": like.kind, "op": op,
             "comm": comm, "catch_up": bool(catch_up), "seed": int(seed),
             "sync_every": None if sync_every is None else int(sync_every),
             "quorum": quorum, "mem": backend or _device.HOST,
@@ -55,7 +66,8 @@ def deliver(rounds, res, kind=None):
     """``res`` (a :class:`PartialResult` of ``rounds``, or None) with its
     data as the caller's results are: of ``kind``'s type (default: like
     the object's ``like``) and of the object's dtype (16-bit floats,
-    accumulated in float32, are rounded here, once)."""
+    accumulated in float32, are rounded here, once; under compression the
+    float16 result is converted here)."""
     if res is not None:
         res.data = _arrays.deliver(res.data, rounds.given,
                                    kind or rounds.array_kind)
@@ -67,20 +79,27 @@ class PartialAllreduce:
 
     Not thread-safe: call one object from one thread.  Creating, ``flush()``
     and ``close()`` are collective over ``comm``.  ``priority``: of its
-    messages (see :func:`partialcoll.iallreduce`).  Attributes: ``shape``,
-    ``dtype``, ``op``, ``comm``, ``size``, ``rank``, ``catch_up``,
-    ``sync_every``, ``seed``, ``quorum``.
+    messages (see :func:`partialcoll.iallreduce`).  ``compression``: None
+    or ``"fp16"`` (:class:`partialcoll.Compression`), as for
+    :func:`partialcoll.allreduce`: floating data is rounded to float16 when
+    deposited and travels, is reduced and is carried from round to round as
+    float16 (float16's precision, rounded at every combining step and at
+    every round a late contribution is added to), and results come back in
+    the object's dtype; other dtypes are not compressed.  Attributes:
+    ``shape``, ``dtype``, ``op``, ``comm``, ``size``, ``rank``,
+    ``catch_up``, ``sync_every``, ``seed``, ``quorum``, ``compression``.
     """
 
     kind = None
 
     def __init__(self, like, op=SUM, comm=None, catch_up=True, sync_every=None,
-                 *, quorum=None, seed=0, algorithm=None, priority=0):
+                 *, quorum=None, seed=0, algorithm=None, priority=0,
+                 compression=None):
         self._rounds = make_rounds(self.kind, type(self).__name__, like, op,
                                    comm, catch_up, sync_every, quorum, seed,
-                                   algorithm, priority)
+                                   algorithm, priority, compression)
         for k in ("shape", "op", "comm", "catch_up", "seed", "sync_every",
-                  "quorum", "size", "rank"):
+                  "quorum", "size", "rank", "compression"):
             setattr(self, k, getattr(self._rounds, k))
         self.dtype = self._rounds.given
         self._finalizer = weakref.finalize(self, _rounds.dropped, self._rounds)
@@ -212,6 +231,8 @@ class QuorumAllreduce(PartialAllreduce):
     kind = "quorum"
 
     def __init__(self, like, quorum, op=SUM, comm=None, catch_up=True,
-                 sync_every=None, *, algorithm=None, priority=0):
+                 sync_every=None, *, algorithm=None, priority=0,
+                 compression=None):
         super().__init__(like, op, comm, catch_up, sync_every, quorum=quorum,
-                         algorithm=algorithm, priority=priority)
+                         algorithm=algorithm, priority=priority,
+                         compression=compression)

@@ -66,18 +66,17 @@ def check_predivide(factor, op):
 
 def check_compression_for_mode(compression, mode):
     """``compression`` as ``allreduce`` takes it (None or "fp16"), refused
-    outside ``"sync"``."""
+    with ``"sync-mpi"`` (MPI_Allreduce does not compress)."""
     try:
         compression = check_compression(compression)
     except ScheduleError:
         raise ScheduleError(f"compression must be None or 'fp16' "
                             f"(partialcoll.Compression.fp16), not "
                             f"{compression!r}") from None
-    if compression is not None and mode != "sync":
-        raise ScheduleError(f"compression={compression!r} works with "
-                            f"mode='sync' only, not {mode!r}: the partial "
-                            f"collectives and MPI_Allreduce ('sync-mpi') "
-                            f"do not compress")
+    if compression is not None and mode == "sync-mpi":
+        raise ScheduleError(f"compression={compression!r} does not work with "
+                            f"mode='sync-mpi' (MPI_Allreduce does not "
+                            f"compress): use 'sync'")
     return compression
 
 

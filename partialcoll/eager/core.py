@@ -117,8 +117,10 @@ class EagerAverager:
             (``partialcoll.Compression.fp16``, Horovod's
             ``Compression.fp16``): the buckets travel as float16 and come
             back in their own dtype (see :func:`partialcoll.allreduce`:
-            float16's precision, rounded at every combining step).
-            ``"sync"`` only: the partial collectives do not compress yet.
+            float16's precision, rounded at every combining step; in the
+            partial modes a late gradient is also carried to the next
+            round as float16, see :class:`partialcoll.SoloAllreduce`).
+            Not with ``"sync-mpi"``.
 
     Creating, :meth:`flush` and :meth:`close` are collective over ``comm``.
 
@@ -199,7 +201,8 @@ class EagerAverager:
                 self._where[m[0]] = (k, m)
         prioritise(self._buckets, priorities, partition_bytes)
         if self.mode not in SYNC_MODES:
-            kw = {"comm": comm, "sync_every": self.sync_every}
+            kw = {"comm": comm, "sync_every": self.sync_every,
+                  "compression": self.compression}
             for b in self._buckets:
                 for lo, hi in b.parts:
                     part, kw["priority"] = b.send[lo:hi], b.priority

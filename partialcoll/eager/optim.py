@@ -85,8 +85,8 @@ class EagerOptimizer(AveragerFront):
     result to the wrapped optimizer's ``step``.  A gradient that misses its
     round is carried into a later one and applied then: nothing is lost.
 
-    ``compression="fp16"`` (``partialcoll.Compression.fp16``; ``"sync"``
-    mode only): the gradients travel as float16 (see
+    ``compression="fp16"`` (``partialcoll.Compression.fp16``; not with
+    ``"sync-mpi"``): the gradients travel as float16 (see
     :class:`~partialcoll.eager.EagerAverager`).
 
     Creating, ``flush()`` and ``close()`` are collective; ``last_step``

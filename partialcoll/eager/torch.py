@@ -153,9 +153,9 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             as float16, half the bytes of float32, at float16's precision
             (about 3 significant digits, rounded at every combining step;
             magnitudes beyond 65504 overflow), and are applied in their own
-            dtype.  ``mode="sync"`` only (Horovod's synchronous averaging;
-            the partial modes and ``"sync-mpi"`` do not compress, and say
-            so).  The same on every rank.
+            dtype.  Every mode but ``"sync-mpi"`` (which refuses it); in
+            the partial modes a gradient that misses its round is carried
+            to the next one as float16.  The same on every rank.
 
     ``step()`` averages the gradients across ranks (summed over the
     processes, divided by the world size, stale ones included) and then

@@ -39,7 +39,7 @@ class EagerHook:
     ``bucket_bytes``: the hook's bucket cap in ``"solo"`` and ``"sync"``
     (None: DDP's ``bucket_cap_mb``, else 25 MiB).  ``compression``: as for
     :class:`EagerOptimizer` (``pct.Compression.fp16``: float16 on the
-    wire; ``"sync"`` only, the partial modes refuse it).
+    wire; not with ``"sync-mpi"``).
 
     DDP synchronises the ranks itself at some points, whatever the hook
     does: with ``broadcast_buffers=True`` (DDP's default) and a model with
