@@ -500,7 +500,8 @@ int pc_engine_open_gate(pc_sched *s, int op, uint64_t round)
 /* ---- waiting: drive progress on the caller's thread */
 /* Sweeps without progress before a waiter starts yielding its core.  A sweep
  * with nothing ready costs about 0.1 us; a sched_yield about 1 us, which is
- * added to the latency of the message it was waiting for. */
+ * added to the latency of the message it was waiting for.  It yields until
+ * the transport's wait_yields sweeps (pc_transport.h), then sleeps. */
 #ifndef SPIN_SWEEPS
 #define SPIN_SWEEPS 16
 #endif
@@ -508,7 +509,7 @@ static void driver_pause(long idle, double us)
 {
     if (idle <= SPIN_SWEEPS)
         return;
-    if (idle <= 2000 && us < 1000) {
+    if (idle <= pc_wire_wait_yields() && us < 1000) {
         sched_yield();
         return;
     }

@@ -11,6 +11,7 @@
 int pc_wire_emulated_pending(void);  /* an emulator still holds messages */
 int pc_wire_poll(void);              /* test the transport once, dispatch */
 int pc_wire_hot(void);               /* round-bound messages in flight */
+int pc_wire_wait_yields(void);       /* the transport's wait_yields */
 int pc_wire_outstanding(void);       /* messages of any kind in flight */
 int pc_wire_sends_left(void);        /* sends not yet completed */
 double pc_wire_next_poll(void);      /* the transport's own deadline */

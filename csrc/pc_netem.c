@@ -685,7 +685,7 @@ pc_transport *pc_netem_create(pc_transport *wire, const char *config,
     }
     N->base = (pc_transport){"netem", netem_start, netem_poll,
                              netem_cancel_recv, netem_next_poll,
-                             netem_outstanding, netem_shutdown, 0};
+                             netem_outstanding, netem_shutdown, 0, 64};
     N->wire = wire;
     N->next_finish = INFINITY;
     if (netem_parse(&N->cfg, config, err, errlen) != 0)

@@ -87,6 +87,14 @@ struct pc_transport {
      * receive (MPI's rendezvous), so a send in flight may wait on the
      * receiver's schedule; 0: sends complete when the wire delivered them */
     int sends_wait;
+    /* Empty sweeps a blocked caller spends yielding its core before it
+     * sleeps.  Long (mpi: 2000) where a message ends within microseconds
+     * of being polled for and a sleeping waiter would slow it (MPICH moves
+     * a large message in pieces, each needing both processes to poll);
+     * short (netem: 64) where the transport paces deliveries itself, most
+     * waits last as long as an emulated transfer (milliseconds), and the
+     * yields would only take CPU from the ranks sharing the host. */
+    int wait_yields;
 };
 
 double pc_now(void);                        /* CLOCK_MONOTONIC seconds */

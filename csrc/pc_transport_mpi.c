@@ -229,6 +229,6 @@ pc_transport *pc_transport_mpi(void)
 {
     the_mpi.base = (pc_transport){"mpi", mpi_start, mpi_poll,
                                   mpi_cancel_recv, mpi_next_poll,
-                                  mpi_outstanding, mpi_shutdown, 1};
+                                  mpi_outstanding, mpi_shutdown, 1, 2000};
     return &the_mpi.base;
 }

@@ -23,6 +23,7 @@
 #include "pc_engine_int.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,10 +81,12 @@ static struct {
 
 enum { BANK_MAX = 4096 };
 
+static void set_tp(pc_transport *tp);
+
 int pc_wire_init(void)
 {
     if (!W.tp)
-        W.tp = pc_transport_mpi();
+        set_tp(pc_transport_mpi());
     if (!W.gates) {
         int n = 0;
         MPI_Comm_size(MPI_COMM_WORLD, &n);
@@ -96,6 +99,15 @@ int pc_wire_init(void)
 }
 
 int pc_wire_hot(void) { return W.nhot; }
+/* read by waiters outside the progress lock: a copy of the transport's */
+static atomic_int wait_yields = 2000;
+int pc_wire_wait_yields(void) { return atomic_load(&wait_yields); }
+
+static void set_tp(pc_transport *tp)          /* prog held */
+{
+    W.tp = tp;
+    atomic_store(&wait_yields, tp->wait_yields);
+}
 int pc_wire_sends_left(void) { return W.nsends; }
 int pc_wire_outstanding(void) { return W.tp ? W.tp->outstanding(W.tp) : 0; }
 /* messages an emulated network holds or still hands over to MPI */
@@ -141,14 +153,14 @@ int pc_wire_use_network(const char *config, char *err, int errlen)
     }
     if (W.tp != wire) {             /* replace an earlier emulation */
         W.tp->shutdown(W.tp);
-        W.tp = wire;
+        set_tp(wire);
     }
     if (!config || !*config)
         return PC_OK;
     pc_transport *net = pc_netem_create(wire, config, err, errlen);
     if (!net)
         return PC_EINVAL;
-    W.tp = net;
+    set_tp(net);
     return PC_OK;
 }
 
@@ -568,7 +580,7 @@ void pc_wire_shutdown(void)
         ep_destroy(W.eps);
     if (W.tp && W.tp != pc_transport_mpi()) {      /* leave the network */
         W.tp->shutdown(W.tp);
-        W.tp = pc_transport_mpi();
+        set_tp(pc_transport_mpi());
     }
     for (int p = 0; p < W.ngates; p++)
         free(W.gates[p].q);
