@@ -289,6 +289,12 @@ def to_float16(array):
         return array.astype(np.float16)
 
 
+def writeable(array):
+    """Whether ``array`` may be written: NumPy's flag; device arrays (CuPy
+    has no read-only arrays, and no such flag) always may."""
+    return getattr(array.flags, "writeable", True)
+
+
 def reduced_as(array, given, dtype):
     """``array`` (elements of ``given``; bfloat16 as uint16 bits) as
     ``dtype``, the dtype a partial collective reduces in: the same array

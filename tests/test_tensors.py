@@ -184,3 +184,46 @@ def test_torch_allreduce_average_of_bfloat16_is_rounded_once():
     got = pct.allreduce(x)
     assert got.dtype == torch.bfloat16
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
+# ------------------------------------------------ CUDA tensors (GPU path)
+def _cuda_or_skip():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: CUDA tensors need a GPU (and CuPy)")
+    pytest.importorskip("cupy", reason="the GPU path needs CuPy "
+                        "(pip install 'partialcoll[cuda]')")
+    return torch.device("cuda", 0)
+
+
+def test_cuda_tensors_in_cuda_tensors_out():
+    """allreduce, iallreduce in place, a partial object and compression,
+    on CUDA tensors (every rank on GPU 0 here): results are CUDA tensors,
+    equal to the host reference (float16 data under compression)."""
+    dev = _cuda_or_skip()
+    x = torch.arange(1000, dtype=torch.float32) * (RANK + 1)
+    ref = reference(x)
+    g = x.to(dev)
+    got = pc.allreduce(g)
+    assert got.is_cuda and got.dtype == torch.float32
+    assert np.array_equal(got.cpu().numpy(), ref)
+    y = g.clone()
+    pc.iallreduce(y, y).wait()
+    assert np.array_equal(y.cpu().numpy(), ref)
+    h = pc.allreduce(g, compression="fp16")
+    assert h.is_cuda and h.dtype == torch.float32
+    np.testing.assert_allclose(h.cpu().numpy(), ref, rtol=(P + 1) * 2 ** -11)
+    with pc.SoloAllreduce(g, sync_every=1) as ar:
+        res = ar(g)
+        assert res.data.is_cuda and np.array_equal(res.data.cpu().numpy(), ref)
+    with pc.SoloAllreduce(g, sync_every=1, compression="fp16") as ar:
+        res = ar(g)
+        assert res.data.is_cuda and res.data.dtype == torch.float32
+        np.testing.assert_allclose(res.data.cpu().numpy(), ref,
+                                   rtol=(P + 1) * 2 ** -11)
+
+
+def test_cuda_bfloat16_is_refused_with_a_reason():
+    dev = _cuda_or_skip()
+    with pytest.raises(pc.ScheduleError, match="bfloat16"):
+        pc.allreduce(torch.ones(4, dtype=torch.bfloat16, device=dev))
+    COMM.Barrier()

@@ -95,7 +95,7 @@ class Call:
         else:
             self.result, out = recvbuf, recv.array
         self._out = _flat(out, "recvbuf")
-        if not self._out.flags.writeable:
+        if not _arrays.writeable(self._out):
             raise ScheduleError("recvbuf is read-only")
         if recv is not None and recv.kind is ARRAY and \
                 not isinstance(recvbuf, np.ndarray):

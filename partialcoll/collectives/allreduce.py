@@ -12,7 +12,7 @@ import collections
 import numpy as np
 from mpi4py import MPI
 
-from .. import _comm, _core, _device, _env
+from .. import _arrays, _comm, _core, _device, _env
 from .._buffers import as_array
 from .._errors import (ScheduleBusyError, ScheduleError,
                        require_thread_multiple)
@@ -206,7 +206,7 @@ def _prepare(sendbuf, recvbuf, op, comm):
     if recv.dtype != send.dtype or recv.size != send.size:
         raise ScheduleError(f"recvbuf ({recv.dtype}[{recv.size}]) does not "
                             f"match sendbuf ({send.dtype}[{send.size}])")
-    if not recv.flags.writeable:
+    if not _arrays.writeable(recv):
         raise ScheduleError("recvbuf is read-only")
     result = recvbuf if isinstance(recvbuf, np.ndarray) else recv
     op = as_op(op)
