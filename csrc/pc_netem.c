@@ -233,14 +233,16 @@ static int channel_push(netem *N, nsend *x)
     if (ch->n >= NETEM_QCAP)
         return 0;
     int64_t bytes = x->m.bytes > 0 ? x->m.bytes : 0;
+    double hold = N->cfg.overhead;       /* the per-message cost */
     if (level == 1 && isfinite(N->cfg.low_buffer) && !x->lost &&
         netem_low_backlog(&N->cfg, N->S, N->me) + (double)bytes >
             N->cfg.low_buffer) {
         x->lost = 1;                     /* tail drop: it never goes on */
         bytes = 0;                       /* the wire */
+        hold = 0;
     }
     netem_ent *e = &ch->e[(ch->head + ch->n) % NETEM_QCAP];
-    *e = (netem_ent){bytes, x->id, 0, 0, 0, ENT_QUEUED};
+    *e = (netem_ent){bytes, x->id, 0, 0, 0, ENT_QUEUED, hold};
     if (ch->cur == ch->n) {              /* the channel is idle: go now */
         e->state = ENT_WIRE;
         e->t_start = N->S->t_model;

@@ -10,6 +10,12 @@
  *   - each ordered pair (src, dst) is a FIFO channel: its messages go on the
  *     wire one after another, and each arrives `latency(src, dst)` after its
  *     last byte left;
+ *   - a per-message cost (`overhead`, 0 by default): a message at the head
+ *     of its channel holds it that long before its first byte moves, taking
+ *     no share of a NIC meanwhile (a sender's per-message work: a system
+ *     call, protocol processing, handling a request), so back-to-back
+ *     messages of s bytes on one channel move at most s / (overhead +
+ *     s / rate) bytes/s;
  *   - messages on the wire at the same time share the NICs max-min fairly
  *     (progressive filling over the out-NIC of the sender and the in-NIC of
  *     the receiver: two senders into one receiver get half each);
@@ -74,6 +80,7 @@ typedef struct {
     uint64_t seed;
     int silent;                 /* drop mode */
     double tick;                /* longest sleep while own flows are on */
+    double overhead;            /* per message, seconds (see the model) */
     double *out_rate, *in_rate; /* base rates, bytes/s (INFINITY: none) */
     double latency_default, *latency;   /* P*P, NAN: default */
     double drop_class[NETEM_NCLASS];
@@ -93,6 +100,7 @@ typedef struct {
     double left;                /* bytes not yet on the wire */
     double t_start, t_end;
     int state;                  /* ENT_QUEUED, ENT_WIRE, ENT_DONE */
+    double hold;                /* seconds at the head before bytes flow */
 } netem_ent;
 
 enum { ENT_QUEUED = 0, ENT_WIRE = 1, ENT_DONE = 2 };
@@ -130,10 +138,11 @@ double netem_low_backlog(const netem_config *c, netem_shm *S, int src);
 /* advance the fluid model to `now` (mutex held) */
 void netem_advance(const netem_config *c, netem_shm *S, double now);
 /* when the first of src's messages on the wire would finish at the
- * current rates (mutex held); INFINITY if none.  *event (if not NULL):
- * the model's next event of any rank at the current rates, the first
- * flow's end or rate redraw (INFINITY if none): until then, and while no
- * message joins a channel, the rates stay as they are. */
+ * current rates, or the first hold of one ends (mutex held); INFINITY if
+ * none.  *event (if not NULL): the model's next event of any rank at the
+ * current rates, the first flow's end, hold's end or rate redraw
+ * (INFINITY if none): until then, and while no message joins a channel,
+ * the rates stay as they are. */
 double netem_next_finish(const netem_config *c, netem_shm *S, int src,
                          double *event);
 /* the rate of a NIC at time t */

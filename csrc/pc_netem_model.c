@@ -139,6 +139,10 @@ int netem_parse(netem_config *c, const char *text, char *err, int errlen)
             c->silent = !strcmp(rest, "silent");
         } else if (!strcmp(key, "tick")) {
             c->tick = atof(rest);
+        } else if (!strcmp(key, "overhead")) {
+            c->overhead = atof(rest);
+            if (!(c->overhead >= 0) || !isfinite(c->overhead))
+                rc = bad(err, errlen, "overhead <seconds >= 0>", line);
         } else if (!strcmp(key, "nic")) {
             int r;
             double o, i;
@@ -376,6 +380,13 @@ static netem_ent *head_of(netem_chan *ch)
                            : NULL;
 }
 
+/* When a head's per-message hold ends and its bytes start to flow (always
+ * computed this way, so an event at that time compares equal). */
+static double ready_at(const netem_ent *e)
+{
+    return e->t_start + e->hold;
+}
+
 /* Event by event: the next event is the first end of a message on the
  * wire (or a trace's redraw); every flow moves rate x step.  A flow whose
  * end the step reaches is over there, whatever rounding left of its
@@ -398,15 +409,25 @@ void netem_advance(const netem_config *c, netem_shm *S, double now)
         if (now <= t)
             return;
         nf = 0;
-        for (int x = 0; x < nch; x++)
-            if (head_of(&S->ch[x]))
+        double t_evt = INFINITY;           /* the first hold to end */
+        for (int x = 0; x < nch; x++) {
+            netem_ent *e = head_of(&S->ch[x]);
+            if (!e)
+                continue;
+            if (ready_at(e) <= t)
                 flow[nf++] = x;
-        if (!nf) {
+            else if (ready_at(e) < t_evt)
+                t_evt = ready_at(e);
+        }
+        if (!nf && isinf(t_evt)) {
             S->t_model = now;
             return;
         }
-        fair_rates(c, S, t, flow, nf, rate);
-        double t_evt = next_boundary(c, S->t0, t);
+        if (nf)
+            fair_rates(c, S, t, flow, nf, rate);
+        double b = next_boundary(c, S->t0, t);
+        if (b < t_evt)
+            t_evt = b;
         for (int f = 0; f < nf; f++) {
             netem_ent *e = head_of(&S->ch[flow[f]]);
             finish[f] = rate[f] > 0 ? t + e->left / rate[f] : INFINITY;
@@ -451,14 +472,23 @@ double netem_next_finish(const netem_config *c, netem_shm *S, int src,
         return INFINITY;
     int *flow = flow_buf;
     double *rate = rate_buf;
-    for (int x = 0; x < nch; x++)
-        if (head_of(&S->ch[x])) {
-            if (netem_chan_src(P, x) == src && mine < 0)
-                mine = nf;
-            flow[nf++] = x;
+    for (int x = 0; x < nch; x++) {
+        netem_ent *e = head_of(&S->ch[x]);
+        if (!e)
+            continue;
+        if (ready_at(e) > S->t_model) {    /* held: its flow starts then */
+            if (ready_at(e) < any)
+                any = ready_at(e);
+            if (netem_chan_src(P, x) == src && ready_at(e) < best)
+                best = ready_at(e);
+            continue;
         }
+        if (netem_chan_src(P, x) == src && mine < 0)
+            mine = nf;
+        flow[nf++] = x;
+    }
     if (mine < 0 && !event)
-        return INFINITY;
+        return best;
     if (nf)
         fair_rates(c, S, S->t_model, flow, nf, rate);
     for (int f = 0; f < nf; f++) {
@@ -518,7 +548,7 @@ double netem_model_probe(const char *config, double t0, double t,
         }
         netem_ent *e = &ch->e[ch->n];
         *e = (netem_ent){(int64_t)m[3], (uint64_t)k, m[3], 0, 0,
-                         ENT_QUEUED};
+                         ENT_QUEUED, c.overhead};
         if (ch->n == 0) {
             e->state = ENT_WIRE;
             e->t_start = t;

@@ -15,6 +15,7 @@ Describe it in TOML (rates: ``"10 MB/s"``, ``"2.5 MiB/s"``, ``"1 Gb/s"``
 
     seed = 1
     drop_mode = "told"           # or "silent": the receiver must time out
+    message_overhead = "0 ms"    # per message (default 0), see below
     [default]
     out_rate = "10 MB/s"
     in_rate = "10 MB/s"
@@ -44,6 +45,14 @@ and use it with ``PARTIALCOLL_NETWORK=net.toml`` (read when partialcoll is
 imported: every rank of the job then shares one network) or
 ``partialcoll.network.enable("net.toml")`` (collective over
 ``MPI.COMM_WORLD``, before any message is in flight).
+
+A per-message cost: ``message_overhead`` (default 0) is how long a message
+at the head of its channel holds the channel before its first byte moves,
+taking no share of a NIC meanwhile: a sender's work per message (a system
+call, protocol processing, a server handling a request).  Back-to-back
+messages of s bytes on one channel then move at most s / (overhead + s /
+rate) bytes/s, so cutting data into small messages costs time, as on a
+real network; with 0, messages on a channel are pipelined for free.
 
 Priority: every class is "high" (default) or "low"; a pair's channel is
 FIFO per level, flows share NICs by weight (weighted max-min: a high flow
@@ -202,7 +211,8 @@ def normalise(cfg, nranks):
         raise ScheduleError("a network description is a dict or a TOML file")
     P = nranks
     _check_keys(cfg, {"seed", "drop_mode", "tick", "default", "rank", "pair",
-                      "class", "trace", "priority"}, "network")
+                      "class", "trace", "priority", "message_overhead"},
+                "network")
     default = cfg.get("default", {})
     _check_keys(default, _KEYS, "[default]")
     mode = cfg.get("drop_mode", "told")
@@ -258,6 +268,8 @@ def normalise(cfg, nranks):
     return dict(ranks=P, seed=seed, drop_mode=mode, levels=levels,
                 weight=float(weight), low_buffer=buffer,
                 tick=seconds(cfg.get("tick", 0.001), "tick"), nic=nic,
+                overhead=seconds(cfg.get("message_overhead", 0),
+                                 "message_overhead"),
                 latency=seconds(default.get("latency", 0), "[default] latency"),
                 drop=_probability(default.get("drop", 0), "[default] drop"),
                 classes=classes, pairs=pairs, traces=_traces(cfg, P))
@@ -279,7 +291,8 @@ def _text(n, shm):
     """The C core's description: one directive per line."""
     lines = [f"ranks {n['ranks']}", f"shm {shm}", f"seed {n['seed']}",
              f"mode {n['drop_mode']}", f"tick {n['tick']!r}",
-             f"latency_default {n['latency']!r}"]
+             f"latency_default {n['latency']!r}",
+             f"overhead {n['overhead']!r}"]
     for r, (o, i) in enumerate(n["nic"]):
         lines.append(f"nic {r} {-1 if math.isinf(o) else o!r} "
                      f"{-1 if math.isinf(i) else i!r}")

@@ -149,3 +149,55 @@ def test_a_zero_time_needs_no_unit(text):
 def test_a_time_other_than_zero_needs_its_unit(text):
     with pytest.raises(ScheduleError, match="cannot read"):
         network.seconds(text, "latency")
+
+
+# ------------------------------------------------------- per-message cost
+HELD = {**SHARED, "message_overhead": "2 ms"}
+
+
+def test_each_message_holds_its_channel_before_its_bytes_move():
+    """Three 100 kB messages back to back on one channel at 100 MB/s: each
+    holds the channel 2 ms, then takes 1 ms on the wire."""
+    t = 1000.0
+    msgs = [(0, 1, 0, 1e5, 1e5)] * 3
+    after, states = model(HELD, msgs, t, t + 0.02)
+    assert [s for s, _, _ in states] == [DONE] * 3
+    for k, (_, _, end) in enumerate(states):
+        assert end == pytest.approx(t + 0.003 * (k + 1), abs=1e-9)
+    # without the cost they are pipelined: 1, 2, 3 ms
+    _, plain = model(SHARED, msgs, t, t + 0.02)
+    for k, (_, _, end) in enumerate(plain):
+        assert end == pytest.approx(t + 0.001 * (k + 1), abs=1e-9)
+
+
+def test_a_held_message_takes_no_share_of_the_nic():
+    """Rank 0 sends 100 kB then 1 MB to rank 1 and 1 MB to rank 2.  Both
+    heads hold until 2 ms, then share the out-NIC (50 MB/s each): the
+    100 kB ends at 4 ms.  The 1 MB behind it holds its channel from 4 to
+    6 ms, when the flow to rank 2 has the whole NIC: of its 1 MB, 100 kB
+    left by 4 ms and 200 kB more by 6 ms."""
+    t = 1000.0
+    msgs = [(0, 1, 0, 1e5, 1e5), (0, 1, 0, 1e6, 1e6), (0, 2, 0, 1e6, 1e6)]
+    after, states, event = model_event(HELD, msgs, t, t + 0.006, P=3)
+    assert states[0][0] == DONE
+    assert states[0][2] == pytest.approx(t + 0.004, abs=1e-9)
+    assert states[1][0] == WIRE and states[1][1] == pytest.approx(1e6)
+    assert states[2][1] == pytest.approx(7e5, rel=1e-9)
+    # now both flow at 50 MB/s: 7e5 bytes end first, 14 ms later
+    assert event == pytest.approx(t + 0.006 + 0.014, abs=1e-9)
+
+
+def test_the_end_of_a_hold_is_the_next_event():
+    t = 1000.0
+    _, states, event = model_event(HELD, [(0, 1, 0, 1e6, 1e6)], t, t)
+    assert event == pytest.approx(t + 0.002, abs=1e-9)
+    _, states, event = model_event(HELD, [(0, 1, 0, 1e6, 1e6)], t,
+                                   t + 0.002)
+    assert states[0][1] == pytest.approx(1e6)     # not a byte moved yet
+    assert event == pytest.approx(t + 0.012, abs=1e-9)
+
+
+@pytest.mark.parametrize("bad", ["-1 ms", "fast", "1"])
+def test_a_bad_message_overhead_is_refused(bad):
+    with pytest.raises(ScheduleError, match="message_overhead"):
+        network.normalise({**SHARED, "message_overhead": bad}, 2)

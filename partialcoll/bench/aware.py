@@ -41,6 +41,12 @@ def add_args(p):
                    help="seconds between rate redraws (10)")
     p.add_argument("--redraws", type=int, default=10)
     p.add_argument("--latency", default="1 ms")
+    p.add_argument("--message-overhead", default="0",
+                   help="the emulated network's per-message cost (e.g. "
+                        "'1 ms': each slice holds its channel that long "
+                        "before its bytes move; default 0: slices are "
+                        "pipelined for free, and small slices cost "
+                        "nothing)")
     p.add_argument("--slice", type=int, default=120_000,
                    help="elements per slice for the schemes (the paper's "
                         "1.2e5)")
@@ -48,7 +54,8 @@ def add_args(p):
                                       "1000000",
                    help="slice sizes for the U-shape ('' to skip)")
     p.add_argument("--sweep-iters", type=int, default=8)
-    p.add_argument("--schemes", default="average,aware,oracle")
+    p.add_argument("--schemes", default="average,aware,oracle",
+                   help="comma-separated ('' for the slice sweep alone)")
     p.add_argument("--settle", type=float, default=3.0,
                    help="seconds after a redraw before accuracy counts")
     p.add_argument("--overhead-iters", type=int, default=12)
@@ -62,7 +69,7 @@ def add_args(p):
 def network(args, trace=True):
     rates = list(np.linspace(args.low, args.high,
                              int(args.high - args.low) + 1))
-    cfg = {"seed": args.seed,
+    cfg = {"seed": args.seed, "message_overhead": args.message_overhead,
            "default": {"out_rate": f"{args.high} MB/s",
                        "in_rate": f"{args.high} MB/s",
                        "latency": args.latency}}
@@ -140,7 +147,8 @@ def overhead(args, comm):
     for measure in (True, False):
         n = int(args.mbytes * 1e6 / 4)
         x = np.zeros(n, np.float32)
-        pc.network.enable({"default": {"out_rate": "10 MB/s",
+        pc.network.enable({"message_overhead": args.message_overhead,
+                           "default": {"out_rate": "10 MB/s",
                                        "in_rate": "10 MB/s",
                                        "latency": args.latency}})
         lb = pc.LoadBalancedAllreduce(x, scheme="average",
@@ -161,7 +169,8 @@ def run(args, comm=MPI.COMM_WORLD):
         for sl, t in slices:
             rows.append({"part": "slices", "scheme": "aware", "slice": sl,
                          "value": t, "unit": "s/iteration", "ranks": comm.size})
-    for scheme in progress(args.schemes.split(","), comm, "schemes"):
+    schemes = [s for s in args.schemes.split(",") if s]
+    for scheme in progress(schemes, comm, "schemes"):
         curve = run_scheme(scheme, args, comm, duration, args.slice,
                            accuracy=acc if scheme == "aware" else None)
         curves[scheme] = curve
@@ -212,7 +221,10 @@ def plot(curves, slices, args):
     plt = pyplot()
     if plt is None:
         return
-    fig, axes = plt.subplots(1, 2 if slices else 1, figsize=(11, 3.8),
+    panels = (["curves"] if curves else []) + (["slices"] if slices else [])
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8),
                              squeeze=False)
     ax = axes[0][0]
     for scheme, curve in curves.items():
@@ -221,18 +233,22 @@ def plot(curves, slices, args):
         counts, _ = np.histogram(ends, bins=edges)
         ax.step(edges[:-1], counts / args.every, where="post",
                 label=scheme)
-    ax.set_xlabel("time (s); rates redrawn at each step")
-    ax.set_ylabel("iterations / s")
-    ax.set_title("throughput over time, same rate trace")
-    ax.legend()
-    ax.grid(alpha=0.3)
+    if curves:
+        ax.set_xlabel("time (s); rates redrawn at each step")
+        ax.set_ylabel("iterations / s")
+        ax.set_title("throughput over time, same rate trace")
+        ax.legend()
+        ax.grid(alpha=0.3)
     if slices:
-        ax = axes[0][1]
+        ax = axes[0][len(panels) - 1]
         ax.plot([s for s, _ in slices], [t for _, t in slices], "o-")
         ax.set_xscale("log")
         ax.set_xlabel("slice size (elements)")
         ax.set_ylabel("median iteration time (s)")
-        ax.set_title("slice granularity (aware, one draw)")
+        ax.set_title("slice granularity (aware, one draw"
+                     + (f", {args.message_overhead} per message)"
+                        if str(args.message_overhead).strip() not in ("0", "")
+                        else ")"))
         ax.grid(alpha=0.3)
     save_plot(fig, args.plot)
 
