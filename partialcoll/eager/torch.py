@@ -73,6 +73,17 @@ def _host_view(t):
     return t.numpy()
 
 
+def _cupy_stream(cupy, device):
+    """torch's current stream on ``device`` as a CuPy stream (CuPy >= 14:
+    ``Stream.from_external``, through the CUDA stream protocol; before:
+    ``ExternalStream``, deprecated since)."""
+    stream = torch.cuda.current_stream(device)
+    if hasattr(cupy.cuda.Stream, "from_external") and \
+            hasattr(stream, "__cuda_stream__"):
+        return cupy.cuda.Stream.from_external(stream)
+    return cupy.cuda.ExternalStream(stream.cuda_stream, device.index)
+
+
 @torch.no_grad()
 def _set_grads(named, averaged):
     """Set each parameter's .grad to its averaged gradient (a host array)."""
@@ -457,9 +468,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     def _reduce_on_gpu(self):
         """Gradients to CuPy by DLPack, on torch's current stream."""
         import cupy
-        stream = torch.cuda.current_stream(self._gpu).cuda_stream
-        with cupy.cuda.Device(self._gpu.index), \
-                cupy.cuda.ExternalStream(stream, self._gpu.index):
+        with cupy.cuda.Device(self._gpu.index), _cupy_stream(cupy, self._gpu):
             grads = [None if p.grad is None else
                      cupy.from_dlpack(p.grad.detach().contiguous())
                      for _, p in self._named]
