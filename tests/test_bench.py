@@ -100,6 +100,22 @@ def test_netcal_rps_and_aware_benchmarks_run():
 
 
 @pytest.mark.max_ranks(4)
+def test_aware_slice_sweep_alone_with_a_per_message_cost(rank_tmp):
+    """``--schemes ''``: the slice sweep alone (on a network with a
+    per-message cost), one row per slice size, and its plot."""
+    png = rank_tmp / "u.png"
+    rows = aware.run(args_for(aware, [
+        "--mbytes", "0.2", "--sweep", "10000,40000", "--sweep-iters", "2",
+        "--schemes", "", "--overhead-iters", "0",
+        "--message-overhead", "1 ms", "--plot", str(png)]))
+    if MPI.COMM_WORLD.rank == 0:
+        assert [(r["part"], r["slice"]) for r in rows] == [
+            ("slices", 10000), ("slices", 40000)]
+        assert all(r["value"] > 0 for r in rows)
+        assert png.exists() or aware.pyplot() is None
+
+
+@pytest.mark.max_ranks(4)
 def test_rps_colocated_benchmark_runs(rank_tmp):
     """A tiny run of the case study beside a service: one row per buffer,
     latencies from the network's clock (positive, at least a transfer's

@@ -50,8 +50,8 @@ def add_args(p):
     p.add_argument("--slice", type=int, default=120_000,
                    help="elements per slice for the schemes (the paper's "
                         "1.2e5)")
-    p.add_argument("--sweep", default="10000,30000,60000,120000,300000,"
-                                      "1000000",
+    p.add_argument("--sweep", default="1000,3000,10000,30000,120000,"
+                                      "300000,1000000",
                    help="slice sizes for the U-shape ('' to skip)")
     p.add_argument("--sweep-iters", type=int, default=8)
     p.add_argument("--schemes", default="average,aware,oracle",
