@@ -9,8 +9,8 @@ executor can use, zero-copy:
   (:func:`~._buffers.as_array`);
 * objects exporting DLPack (``__dlpack__``: torch tensors, JAX and other
   array-API arrays): a NumPy view of host memory (``numpy.from_dlpack``), or
-  a CuPy array for CUDA memory; bfloat16, which NumPy lacks, as a uint16
-  view of its bits (read from the DLPack capsule here);
+  a CuPy array for CUDA memory; bfloat16, which NumPy and CuPy lack, as a
+  uint16 view of its bits (read from the DLPack capsule here);
 * objects exporting only ``__cuda_array_interface__``: a CuPy array.
 
 Non-contiguous data is refused (a copy would silently not receive results).
@@ -150,12 +150,16 @@ def _from_dlpack(obj, what):
     if device_type in (_DL_CUDA, _DL_CUDA_MANAGED):
         cupy = _cupy(obj, what)
         try:
-            array = cupy.from_dlpack(obj)
+            array, dtype = cupy.from_dlpack(obj), None
         except (BufferError, RuntimeError, TypeError, ValueError) as e:
-            raise ScheduleError(f"{what}: CuPy cannot take this "
-                                f"{type(obj).__name__} ({e}); bfloat16 "
-                                "device data is not supported") from None
-        return Data(obj, _contiguous(array, obj, what), kind=kind)
+            array, dtype = _bfloat16_bits(obj, cupy), BFLOAT16
+            if array is None:
+                raise ScheduleError(f"{what}: CuPy cannot take this "
+                                    f"{type(obj).__name__} ({e})") from None
+        if dtype is None and array.dtype.name == "bfloat16":
+            # CuPy with ml_dtypes has a bfloat16 of its own: its bits
+            array, dtype = array.view(np.uint16), BFLOAT16
+        return Data(obj, _contiguous(array, obj, what), dtype, kind)
     try:
         array, dtype = np.from_dlpack(obj), None
     except (BufferError, RuntimeError, TypeError, ValueError) as e:
@@ -235,23 +239,34 @@ class _Bits:
             "data": (address, False), "strides": strides, "version": 3}
 
 
-def _bfloat16_bits(obj):
-    """A uint16 view of a bfloat16 CPU tensor's bits, or None when ``obj``
-    is not one.  The capsule is the legacy ``dltensor`` one (a DLTensor
-    first in a DLManagedTensor)."""
+def _bfloat16_bits(obj, cupy=None):
+    """A uint16 view of a bfloat16 tensor's bits (a NumPy array for host
+    memory; with ``cupy``, a CuPy array for CUDA memory, since CuPy has no
+    bfloat16), or None when ``obj`` is not one.  The capsule is the legacy
+    ``dltensor`` one (a DLTensor first in a DLManagedTensor), never
+    consumed: the view keeps it, and so the tensor's memory, alive."""
     try:
         capsule = obj.__dlpack__()
         t = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
     except (BufferError, RuntimeError, TypeError, ValueError):
         return None
+    where = (_DL_CUDA, _DL_CUDA_MANAGED) if cupy else (_DL_CPU, _DL_CUDA_HOST)
     if (t.dtype.code, t.dtype.bits, t.dtype.lanes) != (_DL_BFLOAT, 16, 1) \
-            or t.device.device_type not in (_DL_CPU, _DL_CUDA_HOST):
+            or t.device.device_type not in where:
         return None
     shape = tuple(t.shape[i] for i in range(t.ndim))
     strides = None if not t.strides else \
         tuple(2 * t.strides[i] for i in range(t.ndim))
     address = (t.data or 0) + t.byte_offset
-    return np.asarray(_Bits(capsule, address, shape, strides))
+    if cupy is None:
+        return np.asarray(_Bits(capsule, address, shape, strides))
+    n = int(np.prod(shape, dtype=np.int64))
+    span = 2 * (1 + sum((d - 1) * s // 2 for d, s in
+                        zip(shape, strides))) if strides and n else 2 * n
+    mem = cupy.cuda.UnownedMemory(address, span, capsule,
+                                  int(t.device.device_id))
+    return cupy.ndarray(shape, np.uint16, cupy.cuda.MemoryPointer(mem, 0),
+                        strides)
 
 
 # ------------------------------------------------------- 16-bit floats

@@ -222,11 +222,27 @@ def test_cuda_tensors_in_cuda_tensors_out():
                                    rtol=(P + 1) * 2 ** -11)
 
 
-def test_cuda_bfloat16_is_refused_with_a_reason():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_16_bit_tensors_reduce_like_cpu_ones(dtype):
+    """bfloat16 (which CuPy has not: its bits as uint16) and float16 CUDA
+    tensors: widened to float32 on the GPU, reduced, rounded once; bit
+    for bit the CPU tensor's result (the same algorithm, float32 sums),
+    in allreduce and in a synchronous partial round."""
     dev = _cuda_or_skip()
-    with pytest.raises(pc.ScheduleError, match="bfloat16"):
-        pc.allreduce(torch.ones(4, dtype=torch.bfloat16, device=dev))
-    COMM.Barrier()
+    gen = torch.Generator().manual_seed(RANK)
+    x = (torch.randn(999, generator=gen) * 100).to(dtype)
+    want = pc.allreduce(x)
+    got = pc.allreduce(x.to(dev))
+    assert got.is_cuda and got.dtype == dtype
+    assert torch.equal(got.cpu().view(torch.int16), want.view(torch.int16))
+    y = x.to(dev)
+    assert pc.allreduce(y, y) is y
+    assert torch.equal(y.cpu().view(torch.int16), want.view(torch.int16))
+    with pc.SoloAllreduce(x, sync_every=1) as host, \
+            pc.SoloAllreduce(x.to(dev), sync_every=1) as gpu:
+        a, b = host(x).data, gpu(x.to(dev)).data
+        assert b.is_cuda and b.dtype == dtype
+        assert torch.equal(b.cpu().view(torch.int16), a.view(torch.int16))
 
 
 @pytest.mark.parametrize("mode", ["sync", "solo"])
@@ -257,3 +273,20 @@ def test_eager_optimizer_on_cuda_parameters(mode):
         exact = COMM.allreduce(t.cpu().numpy().astype(np.float64)) / P
         moved = (p0 - p).detach().cpu().numpy() / lr
         np.testing.assert_allclose(moved, exact, rtol=1e-4, atol=1e-5)
+
+
+def test_cuda_bfloat16_bits_without_cupys_own_bfloat16():
+    """The path for a CuPy without a bfloat16 of its own (before ml_dtypes):
+    the tensor's bits read from its DLPack capsule as a uint16 CuPy view,
+    the same memory (a write through the view shows in the tensor)."""
+    dev = _cuda_or_skip()
+    import cupy
+    from partialcoll import _arrays
+    t = torch.arange(12, dtype=torch.float32).to(torch.bfloat16).to(dev)
+    bits = _arrays._bfloat16_bits(t, cupy)
+    assert isinstance(bits, cupy.ndarray) and bits.dtype == np.uint16
+    assert np.array_equal(cupy.asnumpy(bits),
+                          t.cpu().view(torch.int16).numpy().view(np.uint16))
+    bits[0] = 0x3F80                                # 1.0 in bfloat16
+    assert t[0].item() == 1.0
+    assert _arrays._bfloat16_bits(torch.ones(2, device=dev), cupy) is None
