@@ -44,9 +44,9 @@ def add_args(p):
     p.add_argument("--message-overhead", default="0",
                    help="the emulated network's per-message cost (e.g. "
                         "'1 ms': each slice holds its channel that long "
-                        "before its bytes move; default 0: slices are "
-                        "pipelined for free, and small slices cost "
-                        "nothing)")
+                        "before its bytes move; default 0: the model "
+                        "charges nothing per message, and what small "
+                        "slices cost is the ranks' own work per message)")
     p.add_argument("--slice", type=int, default=120_000,
                    help="elements per slice for the schemes (the paper's "
                         "1.2e5)")
