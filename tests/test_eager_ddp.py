@@ -213,6 +213,28 @@ def test_ddp_hook_compression_fp16_within_float16_rounding(gloo):
         assert hook.close(opt) is None
 
 
+@pytest.mark.parametrize("mode", ["solo", "majority"])
+def test_ddp_hook_compresses_in_a_partial_mode(gloo, mode):
+    """A partial mode with ``compression="fp16"``: every partial
+    collective of the hook carries float16, training runs, and after the
+    closing flush the parameters agree on every rank (each rank applied
+    the same rounds, maybe grouped differently)."""
+    torch.manual_seed(0)
+    ddp = torch.nn.parallel.DistributedDataParallel(Net().double(),
+                                                    bucket_cap_mb=0.01)
+    hook = pct.EagerHook(ddp, mode=mode, compression="fp16")
+    ddp.register_comm_hook(hook, pct.eager_comm_hook)
+    colls = [c for b in hook.averager._buckets for c in b.colls]
+    assert colls and all(c.compression == "fp16" for c in colls)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    run_ddp_steps(ddp, opt, 3, RANK)
+    hook.close(opt)
+    w = torch.cat([p.detach().reshape(-1) for p in ddp.parameters()])
+    assert torch.isfinite(w).all()
+    np.testing.assert_allclose(w.numpy(), COMM.bcast(w.numpy(), root=0),
+                               rtol=1e-9, atol=1e-12)
+
+
 def test_ddp_hook_compression_refused_with_sync_mpi(gloo):
     torch.manual_seed(0)
     ddp = torch.nn.parallel.DistributedDataParallel(Net())
