@@ -217,11 +217,15 @@ def test_ddp_hook_compression_fp16_within_float16_rounding(gloo):
 def test_ddp_hook_compresses_in_a_partial_mode(gloo, mode):
     """A partial mode with ``compression="fp16"``: every partial
     collective of the hook carries float16, training runs, and after the
-    closing flush the parameters agree on every rank (each rank applied
-    the same rounds, maybe grouped differently)."""
+    closing flush the parameters agree on every rank within float16's
+    rounding of the updates: each rank applied the same rounds, but a rank
+    that took two rounds at once got their float16 sum, rounded once more
+    (seen at P = 5: 2.4e-7 apart after updates of about 1e-2)."""
     torch.manual_seed(0)
     ddp = torch.nn.parallel.DistributedDataParallel(Net().double(),
                                                     bucket_cap_mb=0.01)
+    w0 = torch.cat([p.detach().reshape(-1).clone()
+                    for p in ddp.parameters()])
     hook = pct.EagerHook(ddp, mode=mode, compression="fp16")
     ddp.register_comm_hook(hook, pct.eager_comm_hook)
     colls = [c for b in hook.averager._buckets for c in b.colls]
@@ -231,8 +235,10 @@ def test_ddp_hook_compresses_in_a_partial_mode(gloo, mode):
     hook.close(opt)
     w = torch.cat([p.detach().reshape(-1) for p in ddp.parameters()])
     assert torch.isfinite(w).all()
+    moved = (w - w0).abs().max().item()
+    assert moved > 0
     np.testing.assert_allclose(w.numpy(), COMM.bcast(w.numpy(), root=0),
-                               rtol=1e-9, atol=1e-12)
+                               rtol=0, atol=(P + 3) * 2.0 ** -11 * moved)
 
 
 def test_ddp_hook_compression_refused_with_sync_mpi(gloo):

@@ -85,7 +85,11 @@ class PartialAllreduce:
     deposited and travels, is reduced and is carried from round to round as
     float16 (float16's precision, rounded at every combining step and at
     every round a late contribution is added to), and results come back in
-    the object's dtype; other dtypes are not compressed.  Attributes:
+    the object's dtype; other dtypes are not compressed.  A rank that
+    takes several rounds at once gets their sum rounded to float16, so
+    ranks that took the same rounds in different groups hold results that
+    differ by float16's rounding (without compression: by float32's, or
+    the dtype's).  Attributes:
     ``shape``, ``dtype``, ``op``, ``comm``, ``size``, ``rank``,
     ``catch_up``, ``sync_every``, ``seed``, ``quorum``, ``compression``.
     """
