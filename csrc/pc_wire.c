@@ -81,7 +81,14 @@ static struct {
 
 enum { BANK_MAX = 4096 };
 
-static void set_tp(pc_transport *tp);
+/* read by waiters outside the progress lock: a copy of the transport's */
+static atomic_int wait_yields = 2000;
+
+static void set_tp(pc_transport *tp)          /* prog held */
+{
+    W.tp = tp;
+    atomic_store(&wait_yields, tp->wait_yields);
+}
 
 int pc_wire_init(void)
 {
@@ -99,15 +106,7 @@ int pc_wire_init(void)
 }
 
 int pc_wire_hot(void) { return W.nhot; }
-/* read by waiters outside the progress lock: a copy of the transport's */
-static atomic_int wait_yields = 2000;
 int pc_wire_wait_yields(void) { return atomic_load(&wait_yields); }
-
-static void set_tp(pc_transport *tp)          /* prog held */
-{
-    W.tp = tp;
-    atomic_store(&wait_yields, tp->wait_yields);
-}
 int pc_wire_sends_left(void) { return W.nsends; }
 int pc_wire_outstanding(void) { return W.tp ? W.tp->outstanding(W.tp) : 0; }
 /* messages an emulated network holds or still hands over to MPI */

@@ -104,8 +104,9 @@ def test_integers_are_not_compressed():
 
 
 def test_bad_or_differing_compression_fails_everywhere():
-    with pytest.raises(pc.ScheduleError, match="unknown compression"):
-        pc.SoloAllreduce(np.zeros(3, np.float32), compression="int8")
+    for like in (np.zeros(3, np.float32), np.zeros(3, np.int64)):
+        with pytest.raises(pc.ScheduleError, match="unknown compression"):
+            pc.SoloAllreduce(like, compression="int8")
     COMM.Barrier()
     if P == 1:
         return

@@ -247,7 +247,7 @@ def plot(curves, slices, args):
         ax.set_ylabel("median iteration time (s)")
         ax.set_title("slice granularity (aware, one draw"
                      + (f", {args.message_overhead} per message)"
-                        if str(args.message_overhead).strip() not in ("0", "")
+                        if pc.network.seconds(args.message_overhead) > 0
                         else ")"))
         ax.grid(alpha=0.3)
     save_plot(fig, args.plot)

@@ -100,12 +100,12 @@ class Call:
         if recv is not None and recv.kind is ARRAY and \
                 not isinstance(recvbuf, np.ndarray):
             self.result = out            # as allreduce returns spec views
-        self.wire = _wire_dtype(dtype, check_compression(compression))
+        self.wire = wire_dtype(dtype, check_compression(compression))
         data = _flat(send.array, "sendbuf")
         if self.wire is None:            # reduced as it is, zero-copy
             self.send, self.recv = (self._out if inplace else data), self._out
         else:
-            self.send = _to_wire(data, dtype, self.wire)
+            self.send = _arrays.reduced_as(data, dtype, self.wire)
             self.recv = self.send if inplace else np.empty_like(self.send)
 
     def finish(self):
@@ -135,20 +135,12 @@ def _flat(array, what):
     return array.reshape(-1)
 
 
-def _wire_dtype(dtype, compression):
+def wire_dtype(dtype, compression):
     """The dtype the executor reduces (None: ``dtype`` itself, no staging)."""
     if compression == Compression.fp16 and dtype.kind == "f":
         return None if dtype is not _arrays.BFLOAT16 and dtype == FLOAT16 \
             else FLOAT16
     return FLOAT32 if is_half(dtype) else None
-
-
-def _to_wire(data, dtype, wire):
-    if is_half(dtype) and wire == FLOAT32:
-        return _arrays.widen(data, dtype)
-    if dtype is _arrays.BFLOAT16:                # bfloat16 -> float16
-        return _arrays.to_float16(_arrays.widen(data, dtype))
-    return _arrays.to_float16(data)              # (the wire is float16)
 
 
 def _from_wire(wire_data, dtype, out):

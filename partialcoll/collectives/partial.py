@@ -15,7 +15,7 @@ from .. import _arrays, _device
 from .._errors import ScheduleError, require_thread_multiple
 from ..ops import OPS, as_op
 from . import _rounds
-from ._staging import Compression, check_compression
+from ._staging import check_compression, wire_dtype
 from ._rounds import PartialResult, designated as _designated  # noqa: F401
 from ._rounds import tag_block_size  # noqa: F401
 
@@ -39,18 +39,16 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
     comm = MPI.COMM_WORLD if comm is None else comm
     if sync_every is not None and int(sync_every) < 1:
         raise ScheduleError("sync_every must be a positive integer or None")
+    # What is deposited, reduced and accumulated, as allreduce stages it:
+    # 16-bit floats in float32, rounded once when a result is delivered
+    # (see deliver); under compression floating data in float16, widened
+    # back when delivered; anything else as it is (not compressed, as
+    # Horovod's)
     compression = check_compression(compression)
-    if compression == Compression.fp16 and like.dtype.kind == "f":
-        # wire compression: deposited (rounded), sent, reduced and
-        # accumulated as float16; a result is widened back when delivered
-        dtype = _arrays.FLOAT16
-        _arrays.check_op(op, dtype)
-    elif _arrays.is_half(like.dtype):
-        # 16-bit floats are deposited, reduced and accumulated in float32
-        # and rounded once, when a result is delivered (see deliver)
-        dtype = _arrays.FLOAT32
-    else:
-        dtype, compression = like.dtype, None   # not compressed (Horovod's)
+    if like.dtype.kind != "f":
+        compression = None
+    dtype = wire_dtype(like.dtype, compression) or like.dtype
+    _arrays.check_op(op, dtype)
     args = {"name": name, "shape": like.shape, "given": like.dtype,
             "dtype": dtype, "compression": compression,
             "array_kind": like.kind, "op": op,
