@@ -383,28 +383,53 @@ def node_throughput(out, inn, fallback=None):
     return [s if not math.isnan(s) and s > 0 else fb for s in S]
 
 
+def integer_shares(n, shares):
+    """``shares`` (floats summing to about ``n``; negatives count as 0) as
+    whole elements summing to exactly ``n``: each rounded down, the rest
+    one by one to the largest remainders (ties to the lower index)."""
+    clamped = [max(float(m), 0.0) for m in shares]
+    total = sum(clamped)
+    scaled = [m * n / total if total > 0 else n / len(shares)
+              for m in clamped]
+    out = [int(math.floor(v)) for v in scaled]
+    order = sorted(range(len(out)), key=lambda k: (out[k] - scaled[k], k))
+    for k in order[:n - sum(out)]:
+        out[k] += 1
+    return out
+
+
 def assign_slices(n, shares, slice_elems, num_probe=2, size_probe=10000):
     """Algorithm 2: the vector's slices as (start, count, owner, probe).
 
     Probe slices come first: ``num_probe`` of ``size_probe`` elements per
     server, every server included (fewer or smaller when the vector is
-    short); then slices of ``slice_elems``, each to the server with the
-    most load still unassigned (``shares``, in elements, sum n)."""
+    short); then slices of at most ``slice_elems``, each to the server with
+    the most load still unassigned (``shares``, in elements, sum n).
+
+    Our choice (the paper cuts the whole vector into equal slices): a
+    server whose unassigned load is less than a slice gets a slice of
+    exactly that load, so the servers get the plan's shares in whole
+    elements (:func:`integer_shares`), except that a server planned below
+    its probes still holds them and the last server filled gives that up.
+    With equal slices a server's load is off by up to a slice: at the
+    paper's model sizes (1.2e5-element slices of 5e6 to 6e7 parameters)
+    under 3 % of M, but a 4 MB gradient is 8 such slices, and the shares
+    were off by up to 12 % of M (bench/RESULTS.md, issue 17)."""
     N = len(shares)
     if n == 0:
         return []
     size_probe = min(size_probe, n // max(N * num_probe, 1)) if num_probe \
         else 0
-    left = [float(m) for m in shares]
+    left = integer_shares(n, shares)
     slices, pos = [], 0
     for j in range(N) if size_probe else ():
         for _ in range(num_probe):
             slices.append((pos, size_probe, j, True))
             left[j] -= size_probe
             pos += size_probe
-    while pos < n:
-        c = min(slice_elems, n - pos)
+    while pos < n:                    # sum(left) == n - pos: max(left) >= 1
         j = max(range(N), key=lambda k: (left[k], -k))
+        c = min(slice_elems, n - pos, left[j])
         slices.append((pos, c, j, False))
         left[j] -= c
         pos += c
