@@ -47,9 +47,13 @@ def add_args(p):
                         "before its bytes move; default 0: the model "
                         "charges nothing per message, and what small "
                         "slices cost is the ranks' own work per message)")
-    p.add_argument("--slice", type=int, default=120_000,
-                   help="elements per slice for the schemes (the paper's "
-                        "1.2e5)")
+    p.add_argument("--slice", type=int, default=30_000,
+                   help="elements per slice for the schemes (default "
+                        "30,000: the flat bottom of the measured U for a "
+                        "4 MB gradient at 8 ranks; the paper's 1.2e5, the "
+                        "library's default, is on its right arm when a "
+                        "plan gives a slow node no share, see "
+                        "bench/RESULTS.md)")
     p.add_argument("--sweep", default="1000,3000,10000,30000,120000,"
                                       "300000,1000000",
                    help="slice sizes for the U-shape ('' to skip)")

@@ -77,7 +77,14 @@ class LoadBalancedAllreduce:
         like: an array with the vector's size and float dtype.
         comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
         scheme: ``"aware"``, ``"average"`` or ``"oracle"``.
-        slice_elems: elements per data slice (the paper's constant: 1.2e5).
+        slice_elems: elements per data slice (the paper's constant: 1.2e5,
+            for models of 5e6 to 6e7 parameters).  For a vector of a few
+            MB use about 1 to 3 % of it: when a plan gives a slow node no
+            share, every slice waits for that node's push, split over its
+            N - 1 links, and large slices then leave its incoming NIC idle
+            until the first ones are complete (at 8 ranks and 4 MB, calls
+            with 30,000 came within 2 % of the load model, with 1.2e5 up
+            to 26 % over it; bench/RESULTS.md).
         num_probe: probe slices to every server before the data (the
             paper's default: 2; 0: none).
         size_probe: elements per probe slice (the paper's: 10,000).
