@@ -35,6 +35,7 @@ from .. import _arrays, _comm, _device
 from .._errors import ScheduleError
 from ..ops import OPS, as_op
 from . import _rounds
+from ._result import PartialResult
 from .partial import deliver, make_rounds
 
 SUM = OPS["SUM"]
@@ -84,7 +85,7 @@ def _merge(first, later, combine):
         return later if first is None else first
     data = later.data.copy()
     combine(first.data, later.data, out=data)
-    return _rounds.PartialResult(data, later.included, later.round,
+    return PartialResult(data, later.included, later.round,
                                  later.active, first.rounds + later.rounds,
                                  later.sync, first.skipped + later.skipped)
 

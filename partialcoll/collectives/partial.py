@@ -1,8 +1,8 @@
 """Partial allreduce: solo, majority and quorum(k).
 
 The objects here are handles: what the user holds.  The schedule, buffers
-and protocol live in :mod:`._rounds` (its docstring draws the schedule), in
-a registry of open objects, so that a handle dropped without ``close()``
+and protocol live in :mod:`._rounds` (its docstring draws the schedule;
+the three kinds are in :mod:`._round_kinds`), in a registry of open objects, so that a handle dropped without ``close()``
 does not pull the schedule from under the other ranks (it stays open until
 a collective close, and a warning says so).
 """
@@ -16,7 +16,8 @@ from .._errors import ScheduleError, require_thread_multiple
 from ..ops import OPS, as_op
 from . import _rounds
 from ._staging import check_compression, wire_dtype
-from ._rounds import PartialResult, designated as _designated  # noqa: F401
+from ._result import PartialResult  # noqa: F401
+from ._round_kinds import KINDS, designated as _designated  # noqa: F401
 from ._rounds import tag_block_size  # noqa: F401
 
 SUM = OPS["SUM"]
@@ -57,7 +58,7 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
             "quorum": quorum, "mem": backend or _device.HOST,
             "priority": int(priority),
             "device": backend and backend.device_id(like.array)}
-    return _rounds.KINDS[kind](like.array.size, args, algorithm)
+    return KINDS[kind](like.array.size, args, algorithm)
 
 
 def deliver(rounds, res, kind=None):

@@ -1,0 +1,39 @@
+"""What a partial collective's call returns."""
+
+
+class PartialResult:
+    """What one call returns (``partialcoll.PartialResult``).
+
+    Attributes:
+        data: the result (an array shaped like ``like``): with ``catch_up``
+            every round this rank had not returned yet, combined; without
+            it, the latest round only (the rounds it passed over are kept
+            and returned, combined, by the next synchronous round).
+        included: whether this call's contribution is in ``data``.
+        round: index of the last round ``data`` covers (-1 if none).
+        active: processes that contributed fresh data in that round (NAP).
+        rounds: how many rounds ``data`` combines (always the rounds whose
+            sums are in ``data``: 1 for a plain call without catch-up).
+        skipped: rounds that completed since this rank's previous result
+            and are *not* in ``data`` (only without catch-up; a
+            synchronous round returns them).
+        sync: whether that round is part of a synchronous round: started by
+            flush, close or the sync_every-th call, or by a caller while
+            some rank was inside one.  Only such a round may have fewer
+            fresh contributions than the kind promises (majority: its
+            initiator, so ``active >= 1``; quorum: ``active >= k``).
+    """
+
+    __slots__ = ("data", "included", "round", "active", "rounds", "sync",
+                 "skipped")
+
+    def __init__(self, data, included, round, active, rounds, sync=False,
+                 skipped=0):
+        self.data, self.included, self.round = data, included, round
+        self.active, self.rounds, self.sync = active, rounds, sync
+        self.skipped = skipped
+
+    def __repr__(self):
+        return (f"PartialResult(round={self.round}, rounds={self.rounds}, "
+                f"active={self.active}, included={self.included}, "
+                f"sync={self.sync}, skipped={self.skipped})")
