@@ -20,13 +20,10 @@ and ``synchronize_model``, device tensors are copied to the host and back.
 The broadcasts (``broadcast_parameters``, ``broadcast_optimizer_state``)
 live in :mod:`partialcoll.broadcast_torch`.
 """
-import collections
 import contextlib
-import importlib.util
 import logging
 import weakref
 
-import numpy as np
 import torch
 from mpi4py import MPI
 
@@ -35,66 +32,11 @@ from .._errors import ScheduleError
 from .core import SYNC_MODES, AveragerFront, EagerAverager
 from .torch_accumulation import LocalSum
 from .torch_overlap import DEFAULT_BUCKET_BYTES, Overlap, hooks_available
+from .torch_params import (backward_order, check_named, cupy_stream,
+                           forward_order, gpu_of, host_view, np_dtype,
+                           priority_numbers, set_grads)
 
 log = logging.getLogger("partialcoll")
-
-_NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32,
-                 torch.float64: np.float64, torch.complex64: np.complex64,
-                 torch.complex128: np.complex128}
-
-
-def _np_dtype(t, name):
-    try:
-        return np.dtype(_NUMPY_DTYPES[t.dtype])
-    except KeyError:
-        raise ScheduleError(f"parameter {name} is {t.dtype}: eager-SGD "
-                            f"averages float16/32/64 and complex gradients "
-                            f"only") from None
-
-
-def _gpu_of(named):
-    """The CUDA device every parameter lives on, when CuPy is there to keep
-    the exchange on it; else None (gradients go through host memory)."""
-    devices = {p.device for _, p in named}
-    if len(devices) != 1 or next(iter(devices)).type != "cuda":
-        return None
-    return next(iter(devices)) if importlib.util.find_spec("cupy") else None
-
-
-def _host_view(t):
-    """A NumPy array with ``t``'s data: a view for a contiguous CPU tensor,
-    else a host copy."""
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.to("cpu")
-    if not t.is_contiguous():
-        # to(memory_format=...) returns a CPU tensor unchanged: copy here
-        t = t.contiguous()
-    return t.numpy()
-
-
-def _cupy_stream(cupy, device):
-    """torch's current stream on ``device`` as a CuPy stream (CuPy >= 14:
-    ``Stream.from_external``, through the CUDA stream protocol; before:
-    ``ExternalStream``, deprecated since)."""
-    stream = torch.cuda.current_stream(device)
-    if hasattr(cupy.cuda.Stream, "from_external") and \
-            hasattr(stream, "__cuda_stream__"):
-        return cupy.cuda.Stream.from_external(stream)
-    return cupy.cuda.ExternalStream(stream.cuda_stream, device.index)
-
-
-@torch.no_grad()
-def _set_grads(named, averaged):
-    """Set each parameter's .grad to its averaged gradient (a host array)."""
-    for (_, p), g in zip(named, averaged):
-        t = torch.from_numpy(g) if isinstance(g, np.ndarray) else \
-            torch.from_dlpack(g)
-        if p.grad is None:
-            p.grad = t.to(device=p.device, dtype=p.dtype, copy=True)
-        else:
-            p.grad.copy_(t)
-
 
 class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     """eager-SGD around ``optimizer`` (any ``torch.optim.Optimizer``).
@@ -214,12 +156,12 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         if isinstance(optimizer, EagerOptimizer):
             raise ScheduleError("this optimizer is already an EagerOptimizer")
         self.optimizer = optimizer
-        self._named, self._given = _check_named(optimizer, named_parameters)
+        self._named, self._given = check_named(optimizer, named_parameters)
         for name, p in self._named:
             if p.is_sparse:
                 raise ScheduleError(f"parameter {name} is sparse; eager-SGD "
                                     f"averages dense gradients only")
-        templates = [(tuple(p.shape), _np_dtype(p, n)) for n, p in self._named]
+        templates = [(tuple(p.shape), np_dtype(p, n)) for n, p in self._named]
         passes = LocalSum.check(backward_passes_per_step)
         # not super(): in a class made by _eager_class that is the wrapped
         # optimizer's own __init__, which wants its hyper-parameters
@@ -227,7 +169,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
                                        optimizer.defaults)
         self.param_groups = optimizer.param_groups
         self.state = optimizer.state
-        self._gpu, device = _gpu_of(self._named), None
+        self._gpu, device = gpu_of(self._named), None
         if self._gpu is not None:
             import cupy
             with cupy.cuda.Device(self._gpu.index):
@@ -235,9 +177,9 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         norm = mode.lower() if isinstance(mode, str) else None
         if bucket_bytes is None and norm in ("solo",) + SYNC_MODES:
             bucket_bytes = DEFAULT_BUCKET_BYTES
-        numbers = _numbers(self._named, priorities)
+        numbers = priority_numbers(self._named, priorities)
         if numbers is None and norm in ("solo", "sync"):
-            numbers = _forward_order(self._named, self._given)
+            numbers = forward_order(self._named, self._given)
         overlap = self._overlap_wanted(overlap, norm)
         self.averager = EagerAverager(
             templates, mode, sync_every, comm, bucket_bytes, seed,
@@ -245,12 +187,12 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             priorities=numbers, partition_bytes=partition_bytes, op=op,
             predivide=gradient_predivide_factor,
             agree={"backward_passes_per_step": passes},
-            order=_backward_order(self._named, self._given),
+            order=backward_order(self._named, self._given),
             overlap=overlap, compression=compression)
         self.backward_passes_per_step = passes
         self._local = None if passes == 1 else LocalSum(self._named, passes)
         self._overlap = None if not overlap else Overlap(
-            self._named, self.averager, self._local, _host_view)
+            self._named, self.averager, self._local, host_view)
         self._synchronized = False      # synchronize() ran since step()
         self._skipping = False          # inside skip_synchronize()
         self._warned = False
@@ -299,7 +241,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         self.state = self.optimizer.state
 
     def _apply(self, averaged):
-        _set_grads(self._named, averaged)
+        set_grads(self._named, averaged)
         self.optimizer.step()
 
     def step(self, closure=None):
@@ -383,7 +325,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
                         if self.averager.mode == "sync" else
                         "its gradients are in rounds already; those rounds "
                         "are applied at this rank's next step")
-        grads = [None if p.grad is None else _host_view(p.grad)
+        grads = [None if p.grad is None else host_view(p.grad)
                  for _, p in self._named]
         self.averager.abandon(grads)
         if self._local is not None:     # its local sum went with the step
@@ -460,20 +402,20 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         if self._gpu is not None:
             self._reduce_on_gpu()
             return
-        grads = [None if p.grad is None else _host_view(p.grad)
+        grads = [None if p.grad is None else host_view(p.grad)
                  for _, p in self._named]
         averaged, _ = self.averager.reduce(grads)
-        _set_grads(self._named, averaged)
+        set_grads(self._named, averaged)
 
     def _reduce_on_gpu(self):
         """Gradients to CuPy by DLPack, on torch's current stream."""
         import cupy
-        with cupy.cuda.Device(self._gpu.index), _cupy_stream(cupy, self._gpu):
+        with cupy.cuda.Device(self._gpu.index), cupy_stream(cupy, self._gpu):
             grads = [None if p.grad is None else
                      cupy.from_dlpack(p.grad.detach().contiguous())
                      for _, p in self._named]
             averaged, _ = self.averager.reduce(grads)
-            _set_grads(self._named, averaged)
+            set_grads(self._named, averaged)
 
     @property
     def mode(self):
@@ -500,69 +442,6 @@ def _eager_class(inner):
                    {"__module__": __name__, "__doc__": EagerOptimizer.__doc__})
         _CLASSES[inner] = cls
     return cls
-
-
-def _numbers(named, priorities):
-    """Per-parameter numbers in ``named`` order from {name: number}
-    (unnamed: after every named one); None stays None."""
-    if priorities is None:
-        return None
-    if not isinstance(priorities, dict):
-        raise ScheduleError("priorities must be a dict {parameter name: "
-                            "number}")
-    unknown = sorted(set(priorities) - {n for n, _ in named})
-    if unknown:
-        raise ScheduleError(f"priorities name parameters the optimizer does "
-                            f"not average: {unknown[:4]}")
-    last = max(priorities.values(), default=0) + 1
-    return [int(priorities.get(n, last)) for n, _ in named]
-
-
-def _check_named(optimizer, named_parameters):
-    opt_params = [p for g in optimizer.param_groups for p in g["params"]]
-    if named_parameters is None:
-        named = [(f"param.{i}", p) for i, p in enumerate(opt_params)]
-    else:
-        named = list(named_parameters)
-        for item in named:
-            if (not isinstance(item, tuple) or len(item) != 2
-                    or not isinstance(item[1], torch.Tensor)):
-                raise ScheduleError("named_parameters must be (name, tensor) "
-                                    "pairs, e.g. model.named_parameters()")
-        counts = collections.Counter(n for n, _ in named)
-        dup = sorted(n for n, c in counts.items() if c > 1)
-        if dup:
-            raise ScheduleError(f"named_parameters repeats names: {dup[:4]}")
-        ids = {id(p) for _, p in named}
-        missing = [i for i, p in enumerate(opt_params) if id(p) not in ids]
-        if missing:
-            raise ScheduleError(f"named_parameters does not name "
-                                f"{len(missing)} of the optimizer's "
-                                f"parameters (indices {missing[:4]})")
-        opt_ids = {id(p) for p in opt_params}
-        named = [(n, p) for n, p in named if id(p) in opt_ids]
-    given = [n for n, p in named if p.requires_grad]   # registration order
-    named = sorted(((n, p) for n, p in named if p.requires_grad),
-                   key=lambda item: item[0])
-    if not named:
-        raise ScheduleError("the optimizer has no parameter that requires "
-                            "a gradient")
-    return named, given
-
-
-def _backward_order(named, given):
-    """Indices into ``named`` (sorted by name) in reverse registration
-    order ``given``: roughly the order backward makes the gradients, so
-    buckets fill one after another during backward."""
-    index = {n: i for i, (n, _) in enumerate(named)}
-    return [index[n] for n in reversed(given)]
-
-
-def _forward_order(named, given):
-    """A number per parameter of ``named``: its place in registration order
-    (the order the next forward pass needs them, first layers first)."""
-    place = {n: k for k, n in enumerate(given)}
-    return [place[n] for n, _ in named]
 
 
 # -- model-level helpers ------------------------------------------------------
@@ -633,7 +512,7 @@ def _average_one(comm, t, P):
     integer or bool tensor)."""
     narrow = t.dtype in (torch.bfloat16, torch.float16)
     host = t.detach().to("cpu", torch.float32).numpy() if narrow \
-        else _host_view(t)
+        else host_view(t)
     if t.is_floating_point() or t.is_complex():
         comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
         host /= P

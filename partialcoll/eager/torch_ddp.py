@@ -7,7 +7,7 @@ import torch
 
 from .._errors import ScheduleError
 from .core import SYNC_MODES, EagerAverager
-from .torch import _backward_order, _host_view, _np_dtype, _set_grads
+from .torch_params import backward_order, host_view, np_dtype, set_grads
 from .torch_overlap import DEFAULT_BUCKET_BYTES
 
 
@@ -69,7 +69,7 @@ class EagerHook:
             raise ScheduleError("the model has no parameter that requires a "
                                 "gradient")
         self._index = {id(p): i for i, (_, p) in enumerate(self._named)}
-        templates = [(tuple(p.shape), _np_dtype(p, n)) for n, p in self._named]
+        templates = [(tuple(p.shape), np_dtype(p, n)) for n, p in self._named]
         plain = mode.lower() if isinstance(mode, str) else None
         bucketed = plain in ("solo", "sync")
         if bucket_bytes is None and bucketed:
@@ -79,7 +79,7 @@ class EagerHook:
         self.averager = EagerAverager(
             templates, mode, sync_every, comm, bucket_bytes, seed,
             [n for n, _ in self._named],
-            order=_backward_order(self._named, names),
+            order=backward_order(self._named, names),
             overlap=overlap and plain != "sync-mpi", compression=compression)
         self.overlap = self.averager.overlap
         self.buckets = 0              # DDP buckets in the latest step
@@ -104,7 +104,7 @@ class EagerHook:
     def _on_bucket(self, bucket):
         buf = bucket.buffer()
         layout = self._layout(bucket)
-        flat = _host_view(buf)
+        flat = host_view(buf)
         for i, off, n in layout:
             self._grads[i] = flat[off:off + n]
             if self.overlap:          # starts the buckets it completes
@@ -132,7 +132,7 @@ class EagerHook:
         out = self.averager.flush()
         if out is None:
             return None
-        _set_grads(self._named, out[0])
+        set_grads(self._named, out[0])
         optimizer.step()
         return out[1]
 
