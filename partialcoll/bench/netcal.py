@@ -104,7 +104,15 @@ def transfer(comm, pairs, nbytes, clock="delivered"):
 
 
 def chain(comm, n):
-    """n one-element messages 0 -> 1, each after the last; seconds taken."""
+    """n one-element messages 0 -> 1, each after the last; seconds from
+    rank 0's start to this rank's end (the same on ranks 0 and 1 but for
+    when each saw its last message done).
+
+    The start is rank 0's, on every rank: the ranks leave the barrier at
+    different times, and on an oversubscribed host rank 1 can leave it
+    milliseconds after rank 0 has sent, so its own clock would start late
+    (a 10-hop chain of 20 ms hops once measured 0.1955 s on rank 1).
+    ``time.monotonic`` is one clock for every process of the host."""
     s = pc.Schedule(comm)
     b = s.buffer(np.zeros(1))
     prev = []
@@ -116,10 +124,10 @@ def chain(comm, n):
     comm.Barrier()
     t0 = time.monotonic()
     s.post().wait(timeout=120)
-    took = time.monotonic() - t0
+    t1 = time.monotonic()
     s.free()
     quiet_barrier(comm)     # ranks outside the chain must not spin meanwhile
-    return took
+    return t1 - comm.bcast(t0, root=0)
 
 
 def quiet_barrier(comm):
