@@ -211,11 +211,19 @@ def test_priority_levels_share_a_nic_by_weight(net):
     pc.timeline.enable()
     s.post().wait(timeout=30)
     pc.timeline.disable()
+    # from when rank 0's progress thread posted each send: on a loaded host
+    # it posted the high one 25 ms after the low one once (high then done
+    # at 0.226 s, as the model says for that start)
+    began = {e["tag"]: e["t"] - t0 for e in pc.timeline.events()
+             if e["ev"] == "start" and e["sched"] == s.serial} \
+        if RANK == 0 else None
+    began = COMM.bcast(began, root=0)
     if RANK == 1:
         got = {e["tag"]: e["t"] - t0 for e in pc.timeline.events()
                if e["ev"] == "delivered" and e["sched"] == s.serial}
-        assert got[0] == pytest.approx(0.2, rel=0.10), got
-        assert got[1] == pytest.approx(0.3, rel=0.10), got
+        assert got[0] - began[0] == pytest.approx(0.2, rel=0.10), (got, began)
+        assert got[1] - min(began[0], began[1]) == \
+            pytest.approx(0.3, rel=0.10), (got, began)
     s.free()
 
 
