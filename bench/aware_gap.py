@@ -35,7 +35,8 @@ def record(path, mbytes=1.0, every=2.5, redraws=12, slice_elems=30_000,
     comm = MPI.COMM_WORLD
     P = comm.size
     args = type("A", (), {"low": 2.0, "high": 25.0, "every": every,
-                          "latency": "1 ms", "seed": 3})()
+                          "latency": "1 ms", "seed": 3,
+                          "message_overhead": "0"})()
     n = int(mbytes * 1e6 / 4)
     x = np.random.default_rng(comm.rank).standard_normal(n).astype(
         np.float32)

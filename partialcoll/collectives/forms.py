@@ -85,9 +85,9 @@ def _merge(first, later, combine):
         return later if first is None else first
     data = later.data.copy()
     combine(first.data, later.data, out=data)
-    return PartialResult(data, later.included, later.round,
-                                 later.active, first.rounds + later.rounds,
-                                 later.sync, first.skipped + later.skipped)
+    return PartialResult(data, later.included, later.round, later.active,
+                         first.rounds + later.rounds, later.sync,
+                         first.skipped + later.skipped)
 
 
 def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
