@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -49,6 +50,7 @@ def pytest_configure(config):
     rank, size = _launcher_rank()
     if rank == 0 or size == 1 or _console is not None:
         return
+    _own_temp_root(rank)
     _log_path = os.path.join(LOGS, f"P{size}", f"rank{rank}.log")
     os.makedirs(os.path.dirname(_log_path), exist_ok=True)
     capman = config.pluginmanager.getplugin("capturemanager")
@@ -64,6 +66,20 @@ def pytest_configure(config):
     if capman is not None:
         capman.start_global_capturing()
         capman.suspend_global_capture()
+
+
+def _own_temp_root(rank):
+    """Ranks other than 0 keep pytest's temporary directories under a root
+    of their own (``<tmp>/pytest-rank<r>``): under one root, ranks that
+    start together clean up the same old numbered directories at once
+    (a PytestWarning at P = 3 in CI).  Inside a root pytest numbers and
+    locks its directories, so concurrent sessions stay apart.  pytest
+    reads the variable when a test first asks for a temporary path."""
+    if "PYTEST_DEBUG_TEMPROOT" in os.environ:
+        return
+    root = os.path.join(tempfile.gettempdir(), f"pytest-rank{rank}")
+    os.makedirs(root, exist_ok=True)
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = root
 
 
 def pytest_runtest_logstart(nodeid, location):
