@@ -224,6 +224,25 @@ def test_mlfabric_benchmark_allreduce_variant():
 
 
 @pytest.mark.max_ranks(4)
+def test_mlfabric_benchmark_mlp_model():
+    """--model mlp: the tanh MLP trains under the parameter server and the
+    ring (the quick run's 2 s each, at lr 1: at the default 5 the stale
+    updates of the parameter server can raise its loss)."""
+    if MPI.COMM_WORLD.size < 3:
+        pytest.skip("a server and two workers at least")
+    from partialcoll.bench import mlfabric
+    from partialcoll.mlfabric import TanhMLP
+    args = args_for(mlfabric, ["--quick", "--model", "mlp", "--hidden", "8",
+                               "--lr", "1", "--schemes", "async,ring"])
+    rows = mlfabric.run(args)
+    assert isinstance(mlfabric._model(args, 0), TanhMLP)
+    if MPI.COMM_WORLD.rank == 0:
+        start = TanhMLP(32, 16, 8, seed=0).loss(TanhMLP(32, 16, 8).params)
+        assert [r["scheme"] for r in rows] == ["async", "ring"]
+        assert all(0 < r["final_loss"] < start for r in rows), (rows, start)
+
+
+@pytest.mark.max_ranks(4)
 def test_overlap_benchmark_runs(rank_tmp):
     """partialcoll-bench overlap --quick: both variants of sync and solo
     are timed (sync's copies end equal: checked inside), overlap started

@@ -11,7 +11,11 @@ for every scheme: MLfabric with tau_max = N and 2N (N workers), plain
 asynchronous PS, ring allreduce, binary-tree allreduce and MLfabric-S
 (and, named in ``--schemes``, ``mlfabric-ar``: MLfabric's allreduce),
 each for ``--duration`` seconds of training on softmax regression
-(``--features`` x ``--classes`` float64 parameters: the update size).
+(``--features`` x ``--classes`` float64 parameters: the update size), or
+with ``--model mlp`` on the same data through a tanh hidden layer of
+``--hidden`` units (:class:`~partialcoll.mlfabric.TanhMLP`, whose training
+is slowed by stale updates at a high learning rate; softmax regression's
+is not).
 The parameter server applies every update at ``--lr``; the synchronous
 schemes average N updates and by default use lr x N (``--sync-lr``), so
 every scheme moves the model as far per update.
@@ -31,7 +35,8 @@ import sys
 from mpi4py import MPI
 
 import partialcoll as pc
-from ..mlfabric import SGD, SoftmaxRegression, train, train_allreduce
+from ..mlfabric import (SGD, SoftmaxRegression, TanhMLP, train,
+                        train_allreduce)
 from ._common import cli, emit, save_plot
 
 FACTORS = [1, 2.5, 3.3, 5, 10]
@@ -60,6 +65,10 @@ def add_args(p):
     p.add_argument("--seeds", default="0")
     p.add_argument("--duration", type=float, default=60.0,
                    help="seconds of training per scheme")
+    p.add_argument("--model", choices=("softmax", "mlp"), default="softmax",
+                   help="softmax regression (default) or a tanh MLP")
+    p.add_argument("--hidden", type=int, default=128,
+                   help="the MLP's hidden units (128)")
     p.add_argument("--features", type=int, default=1024)
     p.add_argument("--classes", type=int, default=128,
                    help="with 1024 features: 1 MiB updates")
@@ -105,7 +114,7 @@ def _network(args, name, seed):
 
 def _one(args, scheme, stragglers, seed, comm):
     """Run one scheme; returns {"losses", "drops", "max_delay", ...}."""
-    model = SoftmaxRegression(args.features, args.classes, seed=seed)
+    model = _model(args, seed)
     opt = SGD(_lr(args, scheme, comm.size - 1), args.momentum)
     common = dict(compute_time=args.compute, stragglers=stragglers,
                   duration=args.duration, seed=seed)
@@ -137,6 +146,12 @@ def _one(args, scheme, stragglers, seed, comm):
             if res.scheduler["batches"] else math.nan,
             "comm_ms": _ms(res.comm) if mode == "mlfabric-s" else math.nan,
             "invariants": res.invariants}
+
+
+def _model(args, seed):
+    if args.model == "mlp":
+        return TanhMLP(args.features, args.classes, args.hidden, seed=seed)
+    return SoftmaxRegression(args.features, args.classes, seed=seed)
 
 
 def _lr(args, scheme, N):
@@ -179,7 +194,8 @@ def run(args, comm=MPI.COMM_WORLD):
                 rows.extend(_rows(args, cname, nname, seed, got))
     emit(rows, list(rows[0]) if rows else [], args,
          f"MLfabric comparison: P = {comm.size} ({comm.size - 1} workers), "
-         f"{args.features * args.classes * 8} B updates, base rate "
+         f"{args.model}, {_model(args, 0).params.size * 8} B updates, "
+         f"base rate "
          f"{args.base_rate:g} B/s redrawn every {args.every} s, compute "
          f"{args.compute} s, {args.duration} s per scheme, lr {args.lr:g} "
          f"(synchronous schemes: {args.sync_lr})", comm)

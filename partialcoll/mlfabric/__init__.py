@@ -40,14 +40,14 @@ from .replication import (DivergenceTracker, Replication, divergence_bound,
                           replicate)
 from .scheduler import BatchPlan, Scheduler
 from .optim import SGD
-from .models import SoftmaxRegression
+from .models import SoftmaxRegression, TanhMLP
 
 __all__ = ["Aggregation", "BatchPlan", "DivergenceTracker", "Group",
            "LinkMonitor", "NetworkState", "Ordering", "Replication",
            "Scheduler", "Timeline", "Transfer", "Update", "aggregate",
            "aggregate_sync", "deadline", "delays", "divergence_bound",
            "order_updates", "replicate", "SGD", "SoftmaxRegression",
-           "train", "train_allreduce", "RunResult", "TreePlan",
+           "TanhMLP", "train", "train_allreduce", "RunResult", "TreePlan",
            "plan_tree", "DynamicTreeAllreduce"]
 
 

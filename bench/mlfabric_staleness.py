@@ -1,0 +1,89 @@
+"""Does staleness slow the MLfabric benchmark's model?  (issue 14; no MPI)
+
+``python bench/mlfabric_staleness.py [--lrs 5,40,320] [--delays 0,4,8,16]
+[--gradients 2100] [--l2 0] [--features 1024] [--classes 128]
+[--model softmax|mlp] [--hidden 128]``
+
+The benchmark's model (:class:`partialcoll.mlfabric.SoftmaxRegression`,
+1024 x 128 float64: 1 MiB updates) trained in one process, with SGD and
+momentum 0.5 as the benchmark's parameter server applies it:
+
+  sync      each step the mean of 7 workers' gradients at lr x 7 (the
+            benchmark's ``--sync-lr scaled``; ring and tree)
+  delay d   one gradient per step at lr, computed from the model as it
+            was k steps before, k drawn uniformly from 0..2d (mean d: an
+            asynchronous parameter server whose updates arrive d versions
+            late on average)
+
+Prints the loss (the model's ``loss``, as the benchmark evaluates it)
+after every ``--gradients`` / 6 gradients, so every row has used as many
+gradients.  If delay does not raise the loss at a learning rate, an
+asynchronous scheme loses nothing by staleness there, and a delay bound
+(MLfabric's tau_max) can only cost the updates it drops.  ``--l2`` adds
+(l2 / 2) |w|^2 to the loss (the regulariser of the paper's Eq. 1).
+``--model mlp``: :class:`partialcoll.mlfabric.TanhMLP`, the same data
+through one tanh hidden layer of ``--hidden`` units (1.1 MiB at the
+defaults), a non-convex model for comparison.
+"""
+import argparse
+
+import numpy as np
+
+from partialcoll.mlfabric.models import SoftmaxRegression, TanhMLP
+
+
+def train(model, lr, delay, gradients, l2=0.0, momentum=0.5, workers=7,
+          seed=5):
+    """Losses at six evenly spaced gradient counts (delay None: sync)."""
+    w = model.params.copy()
+    v = np.zeros_like(w)
+    history, rng = [w.copy()], np.random.default_rng(seed)
+    every, used, step, losses = gradients // 6, 0, 0, []
+    while used < gradients:
+        if delay is None:
+            g = np.mean([model.gradient(w, j, step) for j in range(workers)],
+                        axis=0) + l2 * w
+            v = momentum * v + lr * workers * g
+            w = w - v
+            used += workers
+        else:
+            k = int(rng.integers(0, 2 * delay + 1))
+            old = history[max(0, len(history) - 1 - k)]
+            g = model.gradient(old, step % workers, step) + l2 * old
+            v = momentum * v + lr * g
+            w = w - v
+            history = (history + [w.copy()])[-(2 * delay + 2):]
+            used += 1
+        step += 1
+        if used // every > len(losses):
+            losses.append(model.loss(w) + 0.5 * l2 * float(w @ w))
+    return losses[:6]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--lrs", default="5,40,320")
+    p.add_argument("--delays", default="0,4,8,16")
+    p.add_argument("--gradients", type=int, default=2100)
+    p.add_argument("--l2", type=float, default=0.0)
+    p.add_argument("--features", type=int, default=1024)
+    p.add_argument("--classes", type=int, default=128)
+    p.add_argument("--model", choices=("softmax", "mlp"), default="softmax")
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    model = SoftmaxRegression(args.features, args.classes, seed=args.seed) \
+        if args.model == "softmax" else \
+        TanhMLP(args.features, args.classes, args.hidden, seed=args.seed)
+    print(f"loss after each {args.gradients // 6} gradients "
+          f"(start {model.loss(model.params):.3f})")
+    for lr in [float(v) for v in args.lrs.split(",")]:
+        for d in [None] + [int(v) for v in args.delays.split(",")]:
+            got = train(model, lr, d, args.gradients, args.l2)
+            name = "sync" if d is None else f"delay {d}"
+            print(f"lr {lr:<7g} {name:<9} " +
+                  " ".join(f"{x:9.4g}" for x in got), flush=True)
+
+
+if __name__ == "__main__":
+    main()
