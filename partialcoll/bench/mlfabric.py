@@ -257,6 +257,10 @@ def _plot(curves, path):
         ax.set_title(f"{c}-{net} seed {seed}")
         ax.set_xlabel("seconds")
         ax.set_ylabel("loss")
+        low = min(loss for r in got.values() for _, _, loss in r["losses"])
+        high = max(loss for r in got.values() for _, _, loss in r["losses"])
+        if low > 0 and high / low > 100:      # losses over decades: log
+            ax.set_yscale("log")
         ax.legend()
     save_plot(fig, path)
 
