@@ -235,9 +235,11 @@ def test_mlfabric_benchmark_mlp_model():
     args = args_for(mlfabric, ["--quick", "--model", "mlp", "--hidden", "8",
                                "--lr", "1", "--schemes", "async,ring"])
     rows = mlfabric.run(args)
-    assert isinstance(mlfabric._model(args, 0), TanhMLP)
+    model = mlfabric._model(args, 0)
+    assert isinstance(model, TanhMLP)
+    assert mlfabric._update_bytes(args) == 8 * model.params.size
     if MPI.COMM_WORLD.rank == 0:
-        start = TanhMLP(32, 16, 8, seed=0).loss(TanhMLP(32, 16, 8).params)
+        start = model.loss(model.params)
         assert [r["scheme"] for r in rows] == ["async", "ring"]
         assert all(0 < r["final_loss"] < start for r in rows), (rows, start)
 

@@ -154,6 +154,11 @@ def _model(args, seed):
     return SoftmaxRegression(args.features, args.classes, seed=seed)
 
 
+def _update_bytes(args):
+    f, c, h = args.features, args.classes, args.hidden
+    return 8 * (f * h + h * c if args.model == "mlp" else f * c)
+
+
 def _lr(args, scheme, N):
     """The parameter server applies each update at ``lr``; the
     synchronous schemes (ring, tree, MLfabric-S and -AR) apply the mean of
@@ -194,8 +199,7 @@ def run(args, comm=MPI.COMM_WORLD):
                 rows.extend(_rows(args, cname, nname, seed, got))
     emit(rows, list(rows[0]) if rows else [], args,
          f"MLfabric comparison: P = {comm.size} ({comm.size - 1} workers), "
-         f"{args.model}, {_model(args, 0).params.size * 8} B updates, "
-         f"base rate "
+         f"{args.model}, {_update_bytes(args)} B updates, base rate "
          f"{args.base_rate:g} B/s redrawn every {args.every} s, compute "
          f"{args.compute} s, {args.duration} s per scheme, lr {args.lr:g} "
          f"(synchronous schemes: {args.sync_lr})", comm)

@@ -12,8 +12,8 @@ from .._errors import ScheduleError
 
 
 NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32,
-                 torch.float64: np.float64, torch.complex64: np.complex64,
-                 torch.complex128: np.complex128}
+                torch.float64: np.float64, torch.complex64: np.complex64,
+                torch.complex128: np.complex128}
 
 
 def np_dtype(t, name):

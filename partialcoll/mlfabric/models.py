@@ -11,6 +11,13 @@ The model interface :func:`~.training.train` expects::
 import numpy as np
 
 
+def _softmax(z):
+    """Row-wise softmax of logits ``z`` (overwritten)."""
+    z -= z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    return p / p.sum(axis=1, keepdims=True)
+
+
 class SoftmaxRegression:
     """Softmax regression, ``features`` x ``classes`` weights, on
     ``samples`` generated points; each gradient uses a mini-batch of
@@ -30,16 +37,17 @@ class SoftmaxRegression:
         self.params = np.zeros(features * classes)
 
     def _probs(self, w, x):
-        z = x @ w.reshape(self.features, self.classes)
-        z -= z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        return p / p.sum(axis=1, keepdims=True)
+        return _softmax(x @ w.reshape(self.features, self.classes))
+
+    def _batch(self, worker, step):
+        """The mini-batch (x, y) of (seed, worker, step)."""
+        rng = np.random.default_rng([self.seed, worker, step])
+        idx = rng.integers(0, len(self.y), self.batch)
+        return self.x[idx], self.y[idx]
 
     def gradient(self, params, worker, step):
         """The mean cross-entropy gradient on one mini-batch."""
-        rng = np.random.default_rng([self.seed, worker, step])
-        idx = rng.integers(0, len(self.y), self.batch)
-        x, y = self.x[idx], self.y[idx]
+        x, y = self._batch(worker, step)
         p = self._probs(params, x)
         p[np.arange(len(y)), y] -= 1.0
         return (x.T @ p).reshape(-1) / len(y)
@@ -58,7 +66,7 @@ class TanhMLP(SoftmaxRegression):
 
     A non-convex model for the comparison of issue 14.  Softmax
     regression's gradient is bounded and, on these few points, every stale
-    gradient still points the right way, so delay does not slow it at any
+    gradient still points the right way, so delay hardly slows it at any
     learning rate (bench/RESULTS.md, ``bench/mlfabric_staleness.py``);
     with a hidden layer, stale updates at a high learning rate do.
     First layer N(0, 1) (the inputs have norm about 1), second
@@ -82,19 +90,14 @@ class TanhMLP(SoftmaxRegression):
     def _forward(self, w, x):
         w1, w2 = self._split(w)
         h = np.tanh(x @ w1)
-        z = h @ w2
-        z -= z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        return h, p / p.sum(axis=1, keepdims=True)
+        return h, _softmax(h @ w2)
 
     def _probs(self, w, x):
         return self._forward(w, x)[1]
 
     def gradient(self, params, worker, step):
         """The mean cross-entropy gradient on one mini-batch."""
-        rng = np.random.default_rng([self.seed, worker, step])
-        idx = rng.integers(0, len(self.y), self.batch)
-        x, y = self.x[idx], self.y[idx]
+        x, y = self._batch(worker, step)
         h, p = self._forward(params, x)
         p[np.arange(len(y)), y] -= 1.0
         p /= len(y)
