@@ -1,13 +1,16 @@
 """What one call of lag costs in the load model (issue 17; no MPI).
 
 ``python bench/aware_lag_model.py [--ranks 6,7,8] [--mbytes 4,8]
-[--every 30] [--draws 200] [--seed 1]``
+[--every 30] [--draws 200] [--seed 1] [--min-probe 1000]``
 
 The ``aware`` benchmark's trace in the load model of 3.3: every NIC's out
 and in rate drawn from {2, ..., 25} MB/s, redrawn every ``--every`` s; a
 call takes max_i (M + (N - 2) m_i) / S_i with S_i = min(out_i, in_i) at
 the call's start, over the shares the servers really get (Algorithm 2's
-slices, probes included).  Three planners:
+slices, probes included: with ``--min-probe 0`` every probe has the
+paper's 10,000 elements; by default a server planned below its probes gets
+probes of its share's size, at least 1,000 elements, as the library
+does).  Three planners:
 
   average   equal shares
   oracle    Algorithm 1 on the rates of this call (no lag)
@@ -27,14 +30,15 @@ import numpy as np
 from partialcoll.loadbalance import plan
 
 
-def call_time(n, shares, S, slice_elems):
+def call_time(n, shares, S, slice_elems, min_probe):
     got = [0] * len(S)
-    for _, c, owner, _ in plan.assign_slices(n, shares, slice_elems):
+    for _, c, owner, _ in plan.assign_slices(n, shares, slice_elems,
+                                             min_probe=min_probe):
         got[owner] += c
     return max(plan.node_times(float(n), got, S))
 
 
-def throughput(scheme, n, draws, every, slice_elems):
+def throughput(scheme, n, draws, every, slice_elems, min_probe=None):
     N = len(draws[0])
     t, calls, before = 0.0, 0, None
     while t < every * len(draws):
@@ -45,7 +49,7 @@ def throughput(scheme, n, draws, every, slice_elems):
             basis = S if scheme == "oracle" or before is None else before
             shares = plan.distribute(float(n), basis, 0.01)[0]
         before = S
-        t += call_time(n, shares, S, slice_elems)
+        t += call_time(n, shares, S, slice_elems, min_probe)
         calls += 1
     return calls / t
 
@@ -58,6 +62,8 @@ def main():
     p.add_argument("--draws", type=int, default=200)
     p.add_argument("--slice", type=int, default=30_000)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--min-probe", type=int, default=1000,
+                   help="0: the paper's fixed probes")
     args = p.parse_args()
     print(" N  MB  oracle/average  lagged/average  lagged/oracle")
     for N in [int(v) for v in args.ranks.split(",")]:
@@ -67,7 +73,8 @@ def main():
             draws = [list(np.minimum(rng.integers(2, 26, N),
                                      rng.integers(2, 26, N)) * 1e6 / 4)
                      for _ in range(args.draws)]
-            r = {s: throughput(s, n, draws, args.every, args.slice)
+            r = {s: throughput(s, n, draws, args.every, args.slice,
+                               args.min_probe or None)
                  for s in ("average", "oracle", "lagged")}
             print(f"{N:>2} {mb:>3g}  {r['oracle'] / r['average']:14.3f}  "
                   f"{r['lagged'] / r['average']:14.3f}  "

@@ -97,6 +97,8 @@ def test_netcal_rps_and_aware_benchmarks_run():
         "--slice", "20000"]))
     if MPI.COMM_WORLD.rank == 0:
         assert {r["part"] for r in rows} >= {"schemes", "overhead"}
+        assert {r["scheme"] for r in rows if r["part"] == "overhead"} == \
+            {"average", "oracle"}
 
 
 @pytest.mark.max_ranks(4)

@@ -12,7 +12,8 @@ from partialcoll.loadbalance.plan import (assign_slices, binding,
                                           distribute, equal_shares, follow,
                                           held_estimates, link_rates,
                                           nic_rates, node_throughput,
-                                          node_times, optimal_shares)
+                                          node_times, optimal_shares,
+                                          probe_sizes)
 
 
 def test_equal_throughputs_keep_equal_shares():
@@ -93,6 +94,37 @@ def test_slices_give_servers_their_exact_shares():
     owned = [sum(c for _, c, o, _ in sl if o == j) for j in range(4)]
     assert owned == [0, 333_334, 333_333, 333_333]
     assert sum(owned) == 1_000_000
+
+
+def test_small_shares_get_small_probes():
+    """min_probe: a server planned below num_probe * size_probe gets probes
+    of its share split over them, at least min_probe; the others keep
+    size_probe.  Worked by hand: shares 0 / 15,000 / 985,000 (sum 1M)."""
+    shares = [0, 15_000, 985_000]
+    assert probe_sizes(1_000_000, shares, 2, 10_000) == [10_000] * 3
+    assert probe_sizes(1_000_000, shares, 2, 10_000, 1_000) == \
+        [1_000, 7_500, 10_000]
+    assert probe_sizes(1_000_000, shares, 0, 10_000, 1_000) == [0, 0, 0]
+    assert probe_sizes(1_000_000, shares, 2, 500, 1_000) == [500] * 3
+    # a short vector caps every probe first (10 // (3 * 2) = 1)
+    assert probe_sizes(10, [0, 2, 8], 2, 10_000, 1_000) == [1, 1, 1]
+    sl = assign_slices(1_000_000, shares, 120_000, 2, 10_000, min_probe=1_000)
+    probes = [(c, o) for _, c, o, p in sl if p]
+    assert probes == [(1_000, 0)] * 2 + [(7_500, 1)] * 2 + [(10_000, 2)] * 2
+    owned = [sum(c for _, c, o, _ in sl if o == j) for j in range(3)]
+    # server 0 holds its 2,000 probe elements, the last one filled gives
+    # them up; server 1 gets exactly its share
+    assert owned == [2_000, 15_000, 983_000]
+    assert sum(owned) == 1_000_000
+    # what it is for: at 8 ranks and 4 MB, a share-0 node's load over its
+    # floor M is (N - 2) * its probe elements / M: 12 % with the paper's
+    # fixed probes, 1.2 % with min_probe = 1,000
+    M, N = 1_000_000, 8
+    shares = [0] + [M / 7] * 7
+    for mp, over in ((None, 0.12), (1_000, 0.012)):
+        sl = assign_slices(M, shares, 30_000, 2, 10_000, min_probe=mp)
+        got = sum(c for _, c, o, _ in sl if o == 0)
+        assert (N - 2) * got / M == pytest.approx(over)
 
 
 def test_integer_shares():

@@ -16,8 +16,11 @@ so every scheme sees the same sequence.  Four parts:
   accuracy    during the aware run, the scheduler's throughput estimates
               S_i against the configured min(out_i, in_i), in iterations at
               least --settle seconds after a redraw
-  overhead    forecasts and probes on a steady homogeneous network: average
-              with them against average without (the paper's 2.12 %)
+  overhead    forecasts and probes against none (the paper's 2.12 %): the
+              average scheme on a steady homogeneous network, and the
+              oracle on the trace's first draw (an uneven plan: the
+              probes of a server planned at share 0 are load on the node
+              that sets the call's time)
 
 Compute is left out: an iteration is its aggregation (what the schemes
 change).
@@ -54,6 +57,10 @@ def add_args(p):
                         "library's default, is on its right arm when a "
                         "plan gives a slow node no share, see "
                         "bench/RESULTS.md)")
+    p.add_argument("--min-probe", type=int, default=1000,
+                   help="elements per probe, at least, for a server planned "
+                        "below its probes (default 1,000, the library's; 0: "
+                        "every probe has 10,000 elements, as in the paper)")
     p.add_argument("--sweep", default="1000,3000,10000,30000,120000,"
                                       "300000,1000000",
                    help="slice sizes for the U-shape ('' to skip)")
@@ -96,7 +103,8 @@ def run_scheme(scheme, args, comm, duration, slice_elems, accuracy=None):
     x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
     pc.network.enable(network(args))
     _, t0 = pc.network.nic_rate(0)
-    lb = pc.LoadBalancedAllreduce(x, scheme=scheme, slice_elems=slice_elems)
+    lb = pc.LoadBalancedAllreduce(x, scheme=scheme, slice_elems=slice_elems,
+                                  min_probe=min_probe(args))
     rows, stop = [], False
     while not stop:
         t = pc.now()
@@ -137,28 +145,41 @@ def sweep(args, comm):
         cfg = network(args)
         cfg["trace"][0]["every"] = 1e5          # one draw for the sweep
         pc.network.enable(cfg)
-        lb = pc.LoadBalancedAllreduce(x, scheme="aware", slice_elems=sl)
+        lb = pc.LoadBalancedAllreduce(x, scheme="aware", slice_elems=sl,
+                                      min_probe=min_probe(args))
         out.append((sl, median_iteration(lb, x, args.sweep_iters)))
         lb.close()
         pc.network.disable()
     return out
 
 
-def overhead(args, comm):
-    """Average scheme on a steady homogeneous network, with and without
-    forecasts and probes: median iteration seconds (with, without)."""
+def min_probe(args):
+    return args.min_probe if args.min_probe > 0 else None
+
+
+def overhead(args, comm, scheme="average"):
+    """Forecasts and probes against none: median iteration seconds (with,
+    without).  ``average``: equal shares on a steady homogeneous network
+    (10 MB/s), where the probes are part of every server's share.
+    ``oracle``: the trace's first draw held fixed, where the plan is
+    uneven and a server planned at share 0 still aggregates its probes."""
     res = []
     for measure in (True, False):
         n = int(args.mbytes * 1e6 / 4)
         x = np.zeros(n, np.float32)
-        pc.network.enable({"message_overhead": args.message_overhead,
-                           "default": {"out_rate": "10 MB/s",
-                                       "in_rate": "10 MB/s",
-                                       "latency": args.latency}})
-        lb = pc.LoadBalancedAllreduce(x, scheme="average",
+        if scheme == "average":
+            cfg = {"message_overhead": args.message_overhead,
+                   "default": {"out_rate": "10 MB/s", "in_rate": "10 MB/s",
+                               "latency": args.latency}}
+        else:
+            cfg = network(args)
+            cfg["trace"][0]["every"] = 1e5
+        pc.network.enable(cfg)
+        lb = pc.LoadBalancedAllreduce(x, scheme=scheme,
                                       slice_elems=args.slice,
                                       measure=measure,
-                                      num_probe=2 if measure else 0)
+                                      num_probe=2 if measure else 0,
+                                      min_probe=min_probe(args))
         res.append(median_iteration(lb, x, args.overhead_iters))
         lb.close()
         pc.network.disable()
@@ -206,9 +227,9 @@ def run(args, comm=MPI.COMM_WORLD):
                          "slice": args.slice,
                          "value": float(np.mean(np.array(acc) <= 0.10)),
                          "unit": "share within 10 %", "ranks": comm.size})
-    if args.overhead_iters:
-        with_, without = overhead(args, comm)
-        rows.append({"part": "overhead", "scheme": "average", "slice":
+    for scheme in ("average", "oracle") if args.overhead_iters else ():
+        with_, without = overhead(args, comm, scheme)
+        rows.append({"part": "overhead", "scheme": scheme, "slice":
                      args.slice, "value": 100 * (with_ - without) / without,
                      "unit": f"% ({with_:.3f} vs {without:.3f} s)",
                      "ranks": comm.size})

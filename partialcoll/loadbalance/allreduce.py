@@ -88,6 +88,13 @@ class LoadBalancedAllreduce:
         num_probe: probe slices to every server before the data (the
             paper's default: 2; 0: none).
         size_probe: elements per probe slice (the paper's: 10,000).
+        min_probe: a server planned below ``num_probe * size_probe`` gets
+            probes of its share's size, at least ``min_probe`` elements
+            (default 1,000; above ``size_probe`` it means ``size_probe``;
+            None: every probe has ``size_probe``, as in the paper).  Probes are load on their server, and a server at
+            share 0 is the slow node that sets the call's time: with the
+            paper's fixed probes its load at 8 ranks and 4 MB was 12 %
+            above its floor (:func:`.plan.assign_slices`).
         measure: send forecasts and measure the links (needed by "aware").
         threshold: Algorithm 1 stops when max t - min t <= threshold max t.
         window: at most this many calls' NIC estimates, since the NIC's
@@ -106,7 +113,8 @@ class LoadBalancedAllreduce:
     """
 
     def __init__(self, like, comm=None, scheme="aware", slice_elems=120_000,
-                 num_probe=2, size_probe=10_000, measure=True,
+                 num_probe=2, size_probe=10_000, min_probe=1_000,
+                 measure=True,
                  threshold=0.01, window=3, jump=1.25, lead=0.005):
         like = np.asarray(like)
         if like.dtype.kind != "f":
@@ -117,14 +125,16 @@ class LoadBalancedAllreduce:
         if scheme == "aware" and not measure:
             raise ScheduleError("the aware scheme needs measure=True")
         if slice_elems < 1 or num_probe < 0 or size_probe < 1 or \
-                not 0 < threshold < 1 or window < 1 or not jump > 1:
+                not 0 < threshold < 1 or window < 1 or not jump > 1 or \
+                (min_probe is not None and not min_probe >= 1):
             raise ScheduleError("slice_elems >= 1, num_probe >= 0, "
-                                "size_probe >= 1, 0 < threshold < 1, "
-                                "window >= 1, jump > 1")
+                                "size_probe >= 1, min_probe >= 1 (or None), "
+                                "0 < threshold < 1, window >= 1, jump > 1")
         comm = MPI.COMM_WORLD if comm is None else comm
         self.n, self.dtype, self.scheme = like.size, like.dtype, scheme
         self.slice_elems, self.num_probe = int(slice_elems), int(num_probe)
         self.size_probe, self.measure = int(size_probe), bool(measure)
+        self.min_probe = None if min_probe is None else int(min_probe)
         self.threshold, self.window = float(threshold), int(window)
         self.jump = float(jump)
         self.lead = float(lead)
@@ -132,7 +142,8 @@ class LoadBalancedAllreduce:
         lc.before_collective()
         mine = {"collective": "LoadBalancedAllreduce", "n": self.n,
                 "dtype": self.dtype.str, "scheme": scheme,
-                "slice": self.slice_elems, "probes": (num_probe, size_probe),
+                "slice": self.slice_elems,
+                "probes": (num_probe, size_probe, self.min_probe),
                 "measure": measure}
         _comm.require_same(lc, "LoadBalancedAllreduce", mine)
         self.size, self.rank = lc.size, lc.rank
@@ -166,7 +177,8 @@ class LoadBalancedAllreduce:
             self.calls += 1
             return self.plan
         slices = planner.assign_slices(self.n, self.shares, self.slice_elems,
-                                       self.num_probe, self.size_probe)
+                                       self.num_probe, self.size_probe,
+                                       self.min_probe)
         s, meta = self._schedule(tuple(slices))
         if self._go is None:
             self._go = self._lc.ctl.bcast(

@@ -116,7 +116,10 @@ Algorithm 2 (slice assignment).  The vector is cut into slices: first
 ``num_probe`` probe slices of ``size_probe`` elements for *every* server, a
 share of zero included, so that every link keeps being measured; then the
 rest in slices of ``slice_elems`` elements, each given to the server with
-the most load still unassigned.
+the most load still unassigned.  Our addition: a server planned below
+``num_probe * size_probe`` gets probes of its share's size, at least
+``min_probe`` elements (:func:`probe_sizes`): the paper's fixed probes
+weigh on exactly the node that sets the call's time.
 """
 import math
 
@@ -398,13 +401,26 @@ def integer_shares(n, shares):
     return out
 
 
-def assign_slices(n, shares, slice_elems, num_probe=2, size_probe=10000):
+def assign_slices(n, shares, slice_elems, num_probe=2, size_probe=10000,
+                  min_probe=None):
     """Algorithm 2: the vector's slices as (start, count, owner, probe).
 
     Probe slices come first: ``num_probe`` of ``size_probe`` elements per
     server, every server included (fewer or smaller when the vector is
     short); then slices of at most ``slice_elems``, each to the server with
     the most load still unassigned (``shares``, in elements, sum n).
+
+    ``min_probe`` (our addition; None: every probe has ``size_probe``
+    elements, as in the paper): a server planned below ``num_probe *
+    size_probe`` gets probes of its share's size instead (its share split
+    over its probes), but not below ``min_probe`` elements.  A probe is
+    load on its server like any slice it owns: a server planned at share 0
+    still receives its probes from N - 1 workers and sends the averages
+    back, (N - 2) * num_probe * size_probe elements more each way.  That
+    node is the slow one, and in most draws the slowest node sets the
+    call's time (its floor M / S_i), so at the paper's sizes and a 4 MB
+    gradient on 8 ranks its probes lengthened the call by 12 %
+    (:func:`probe_sizes`).
 
     Our choice (the paper cuts the whole vector into equal slices): a
     server whose unassigned load is less than a slice gets a slice of
@@ -418,15 +434,14 @@ def assign_slices(n, shares, slice_elems, num_probe=2, size_probe=10000):
     N = len(shares)
     if n == 0:
         return []
-    size_probe = min(size_probe, n // max(N * num_probe, 1)) if num_probe \
-        else 0
     left = integer_shares(n, shares)
+    sizes = probe_sizes(n, left, num_probe, size_probe, min_probe)
     slices, pos = [], 0
-    for j in range(N) if size_probe else ():
-        for _ in range(num_probe):
-            slices.append((pos, size_probe, j, True))
-            left[j] -= size_probe
-            pos += size_probe
+    for j in range(N):
+        for _ in range(num_probe if sizes[j] else 0):
+            slices.append((pos, sizes[j], j, True))
+            left[j] -= sizes[j]
+            pos += sizes[j]
     while pos < n:                    # sum(left) == n - pos: max(left) >= 1
         j = max(range(N), key=lambda k: (left[k], -k))
         c = min(slice_elems, n - pos, left[j])
@@ -434,3 +449,21 @@ def assign_slices(n, shares, slice_elems, num_probe=2, size_probe=10000):
         left[j] -= c
         pos += c
     return slices
+
+
+def probe_sizes(n, shares, num_probe=2, size_probe=10000, min_probe=None):
+    """Elements per probe slice for each server (0: no probes), as
+    :func:`assign_slices` cuts them.  ``shares``: whole elements per
+    server, summing to ``n``.  Every probe has ``size_probe`` elements
+    (fewer when the vector is too short for ``num_probe`` of them per
+    server); with ``min_probe``, a server planned below its probes gets
+    probes of floor(share / num_probe) elements, at least ``min_probe``
+    (at most ``size_probe``)."""
+    N = len(shares)
+    if not num_probe:
+        return [0] * N
+    cap = min(size_probe, n // max(N * num_probe, 1))
+    if min_probe is None or cap == 0:
+        return [cap] * N
+    low = max(1, min(min_probe, cap))
+    return [min(cap, max(low, int(m) // num_probe)) for m in shares]
