@@ -70,12 +70,13 @@ def test_aware_plan_moves_load_off_a_slow_node():
             assert lb.shares[0] < 0.05 * n
             assert sum(lb.shares[1:]) > 0.95 * n
             assert sum(lb.shares) == pytest.approx(n)
-            # still probed, with probes of its share's size (min_probe
-            # 1,000 at least) rather than size_probe's 5,000
+            # still probed, with probes of its share's size (at least
+            # min_probe, by default slice_elems // 12 = 1,666) rather than
+            # size_probe's 5,000
             mine = [c for _, c, o, probe in lb.plan["slices"]
                     if o == 0 and probe]
             share0 = integer_shares(n, lb.plan["shares"])[0]
-            assert mine == [max(1000, min(5000, share0 // 2))] * 2, mine
+            assert mine == [max(1666, min(5000, share0 // 2))] * 2, mine
     finally:
         pc.network.disable()
 
@@ -123,6 +124,8 @@ def test_bad_arguments():
         pc.LoadBalancedAllreduce(np.zeros(4), jump=1.0)
     with pytest.raises(pc.ScheduleError, match="min_probe"):
         pc.LoadBalancedAllreduce(np.zeros(4), min_probe=0)
+    with pytest.raises(pc.ScheduleError, match="min_probe"):
+        pc.LoadBalancedAllreduce(np.zeros(4), min_probe="small")
     with pc.LoadBalancedAllreduce(np.zeros(4), scheme="average") as lb:
         with pytest.raises(pc.ScheduleError, match="float64"):
             lb(np.zeros(5))

@@ -57,10 +57,11 @@ def add_args(p):
                         "library's default, is on its right arm when a "
                         "plan gives a slow node no share, see "
                         "bench/RESULTS.md)")
-    p.add_argument("--min-probe", type=int, default=1000,
+    p.add_argument("--min-probe", default="auto",
                    help="elements per probe, at least, for a server planned "
-                        "below its probes (default 1,000, the library's; 0: "
-                        "every probe has 10,000 elements, as in the paper)")
+                        "below its probes (default 'auto', the library's: "
+                        "slice // 12; 0: every probe has 10,000 elements, as "
+                        "in the paper)")
     p.add_argument("--sweep", default="1000,3000,10000,30000,120000,"
                                       "300000,1000000",
                    help="slice sizes for the U-shape ('' to skip)")
@@ -154,7 +155,9 @@ def sweep(args, comm):
 
 
 def min_probe(args):
-    return args.min_probe if args.min_probe > 0 else None
+    if args.min_probe == "auto":
+        return "auto"
+    return int(args.min_probe) or None
 
 
 def overhead(args, comm, scheme="average"):

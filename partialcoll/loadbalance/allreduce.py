@@ -89,12 +89,18 @@ class LoadBalancedAllreduce:
             paper's default: 2; 0: none).
         size_probe: elements per probe slice (the paper's: 10,000).
         min_probe: a server planned below ``num_probe * size_probe`` gets
-            probes of its share's size, at least ``min_probe`` elements
-            (default 1,000; above ``size_probe`` it means ``size_probe``;
-            None: every probe has ``size_probe``, as in the paper).  Probes are load on their server, and a server at
-            share 0 is the slow node that sets the call's time: with the
-            paper's fixed probes its load at 8 ranks and 4 MB was 12 %
-            above its floor (:func:`.plan.assign_slices`).
+            probes of its share's size, at least ``min_probe`` elements (at
+            most ``size_probe``).  ``"auto"`` (default): ``slice_elems //
+            12``, the paper's ratio of probe to slice (10,000 to 1.2e5), so
+            with the library's default slice every probe has
+            ``size_probe`` elements; None: always, as in the paper.
+            Probes are load on their server, and a server at share 0 is
+            the slow node that sets the call's time: with the paper's
+            fixed probes its load at 8 ranks and 4 MB was 12 % above its
+            floor.  Much smaller probes are measured less well: at 30,000-
+            element slices, 1,000-element probes left 42 % of the NIC
+            estimates more than 10 % off, 2,500 18 %, 10,000 11 %
+            (:func:`.plan.assign_slices`, bench/RESULTS.md).
         measure: send forecasts and measure the links (needed by "aware").
         threshold: Algorithm 1 stops when max t - min t <= threshold max t.
         window: at most this many calls' NIC estimates, since the NIC's
@@ -113,7 +119,7 @@ class LoadBalancedAllreduce:
     """
 
     def __init__(self, like, comm=None, scheme="aware", slice_elems=120_000,
-                 num_probe=2, size_probe=10_000, min_probe=1_000,
+                 num_probe=2, size_probe=10_000, min_probe="auto",
                  measure=True,
                  threshold=0.01, window=3, jump=1.25, lead=0.005):
         like = np.asarray(like)
@@ -126,14 +132,18 @@ class LoadBalancedAllreduce:
             raise ScheduleError("the aware scheme needs measure=True")
         if slice_elems < 1 or num_probe < 0 or size_probe < 1 or \
                 not 0 < threshold < 1 or window < 1 or not jump > 1 or \
-                (min_probe is not None and not min_probe >= 1):
+                not (min_probe in (None, "auto") or
+                     (isinstance(min_probe, int) and min_probe >= 1)):
             raise ScheduleError("slice_elems >= 1, num_probe >= 0, "
-                                "size_probe >= 1, min_probe >= 1 (or None), "
-                                "0 < threshold < 1, window >= 1, jump > 1")
+                                "size_probe >= 1, min_probe an int >= 1, "
+                                "'auto' or None, 0 < threshold < 1, "
+                                "window >= 1, jump > 1")
         comm = MPI.COMM_WORLD if comm is None else comm
         self.n, self.dtype, self.scheme = like.size, like.dtype, scheme
         self.slice_elems, self.num_probe = int(slice_elems), int(num_probe)
         self.size_probe, self.measure = int(size_probe), bool(measure)
+        if min_probe == "auto":
+            min_probe = max(1, self.slice_elems // 12)
         self.min_probe = None if min_probe is None else int(min_probe)
         self.threshold, self.window = float(threshold), int(window)
         self.jump = float(jump)
