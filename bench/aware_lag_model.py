@@ -1,7 +1,7 @@
 """What one call of lag costs in the load model (issue 17; no MPI).
 
 ``python bench/aware_lag_model.py [--ranks 6,7,8] [--mbytes 4,8]
-[--every 30] [--draws 200] [--seed 1] [--min-probe 2500]``
+[--every 30] [--draws 200] [--seed 1] [--min-probe -1]``
 
 The ``aware`` benchmark's trace in the load model of 3.3: every NIC's out
 and in rate drawn from {2, ..., 25} MB/s, redrawn every ``--every`` s; a
@@ -9,8 +9,8 @@ call takes max_i (M + (N - 2) m_i) / S_i with S_i = min(out_i, in_i) at
 the call's start, over the shares the servers really get (Algorithm 2's
 slices, probes included: with ``--min-probe 0`` every probe has the
 paper's 10,000 elements; by default a server planned below its probes gets
-probes of its share's size, at least 2,500 elements, as the library does
-with 30,000-element slices).  Three planners:
+probes of its share's size, at least slice // 12 elements (2,500 at the
+default 30,000), as the library does).  Three planners:
 
   average   equal shares
   oracle    Algorithm 1 on the rates of this call (no lag)
@@ -62,8 +62,9 @@ def main():
     p.add_argument("--draws", type=int, default=200)
     p.add_argument("--slice", type=int, default=30_000)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--min-probe", type=int, default=2500,
-                   help="0: the paper's fixed probes")
+    p.add_argument("--min-probe", type=int, default=-1,
+                   help="-1 (default): slice // 12, as the library's "
+                        "'auto'; 0: the paper's fixed probes")
     args = p.parse_args()
     print(" N  MB  oracle/average  lagged/average  lagged/oracle")
     for N in [int(v) for v in args.ranks.split(",")]:
@@ -73,8 +74,9 @@ def main():
             draws = [list(np.minimum(rng.integers(2, 26, N),
                                      rng.integers(2, 26, N)) * 1e6 / 4)
                      for _ in range(args.draws)]
-            r = {s: throughput(s, n, draws, args.every, args.slice,
-                               args.min_probe or None)
+            mp = args.slice // 12 if args.min_probe < 0 else \
+                args.min_probe or None
+            r = {s: throughput(s, n, draws, args.every, args.slice, mp)
                  for s in ("average", "oracle", "lagged")}
             print(f"{N:>2} {mb:>3g}  {r['oracle'] / r['average']:14.3f}  "
                   f"{r['lagged'] / r['average']:14.3f}  "

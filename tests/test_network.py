@@ -292,8 +292,9 @@ def test_message_overhead_holds_each_message_of_a_channel(net):
     """Ten 8-byte messages posted at once from rank 0 to rank 1 with a 20 ms
     per-message cost: the k-th arrives (the model's arrival time, as a NIC
     timestamps it) k x 20 ms after the first went on the wire, whatever
-    the progress threads do; with no cost they arrive together.  (No cap
-    on sends: all ten join the channel at once.)"""
+    the progress threads do; with no cost each arrives as soon as rank 0
+    put it on the wire.  (No cap on sends: all ten join the channel at
+    once.)"""
     if P < 2:
         pytest.skip("needs two ranks")
     for cost, gap in (("20 ms", 0.020), ("0", 0.0)):
@@ -307,7 +308,15 @@ def test_message_overhead_holds_each_message_of_a_channel(net):
                 s.send(b, 1, tag=k)
             elif RANK == 1:
                 recvs.append((s.recv(b, 0, tag=k), b))
+        pc.timeline.enable()
         s.post().wait(timeout=30)
+        pc.timeline.disable()
+        # when rank 0's progress thread started each send: with 8 ranks on
+        # 2 cores it was once descheduled for 3 ms between two of them
+        began = {e["tag"]: e["t"] for e in pc.timeline.events()
+                 if e["ev"] == "start" and e["sched"] == s.serial} \
+            if RANK == 0 else None
+        began = COMM.bcast(began, root=0)
         if RANK == 1:
             out = s.outcomes()
             t = [out.t_arrive[r] for r, _ in recvs]
@@ -316,6 +325,8 @@ def test_message_overhead_holds_each_message_of_a_channel(net):
             if gap:     # its hold, then 8 bytes (+ 8 of header) at 10 MB/s
                 assert steps == pytest.approx(np.full(9, gap + 1.6e-6),
                                               abs=1e-6), steps
-            else:       # pipelined: as fast as rank 0 put them on the wire
-                assert (steps < 0.002).all(), steps
+            else:       # no hold: each arrives when it went on the wire
+                late = np.array(t) - np.array([began[k] for k in range(10)])
+                assert (late >= 0).all() and (late < gap + 0.005).all(), \
+                    (late, steps)
         s.free()
