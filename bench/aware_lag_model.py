@@ -66,6 +66,8 @@ def main():
                    help="-1 (default): slice // 12, as the library's "
                         "'auto'; 0: the paper's fixed probes")
     args = p.parse_args()
+    mp = plan.auto_min_probe(args.slice) if args.min_probe < 0 else \
+        args.min_probe or None
     print(" N  MB  oracle/average  lagged/average  lagged/oracle")
     for N in [int(v) for v in args.ranks.split(",")]:
         for mb in [float(v) for v in args.mbytes.split(",")]:
@@ -74,8 +76,6 @@ def main():
             draws = [list(np.minimum(rng.integers(2, 26, N),
                                      rng.integers(2, 26, N)) * 1e6 / 4)
                      for _ in range(args.draws)]
-            mp = args.slice // 12 if args.min_probe < 0 else \
-                args.min_probe or None
             r = {s: throughput(s, n, draws, args.every, args.slice, mp)
                  for s in ("average", "oracle", "lagged")}
             print(f"{N:>2} {mb:>3g}  {r['oracle'] / r['average']:14.3f}  "

@@ -101,6 +101,18 @@ def test_netcal_rps_and_aware_benchmarks_run():
             {"average", "oracle"}
 
 
+def test_aware_min_probe_argument():
+    """--min-probe: 'auto' (the default), 0 for the paper's fixed probes, a
+    number of elements; anything else is argparse's error, not a
+    traceback."""
+    assert args_for(aware, []).min_probe == "auto"
+    assert args_for(aware, ["--min-probe", "0"]).min_probe is None
+    assert args_for(aware, ["--min-probe", "2500"]).min_probe == 2500
+    for bad in ("-3", "small"):
+        with pytest.raises(SystemExit):
+            args_for(aware, ["--min-probe", bad])
+
+
 @pytest.mark.max_ranks(4)
 def test_aware_slice_sweep_alone_with_a_per_message_cost(rank_tmp):
     """``--schemes ''``: the slice sweep alone (on a network with a

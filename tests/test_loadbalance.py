@@ -126,6 +126,10 @@ def test_bad_arguments():
         pc.LoadBalancedAllreduce(np.zeros(4), min_probe=0)
     with pytest.raises(pc.ScheduleError, match="min_probe"):
         pc.LoadBalancedAllreduce(np.zeros(4), min_probe="small")
+    with pytest.raises(pc.ScheduleError, match="min_probe"):
+        pc.LoadBalancedAllreduce(np.zeros(4), min_probe=True)
+    with pc.LoadBalancedAllreduce(np.zeros(4), min_probe=np.int64(5)) as lb:
+        assert lb.min_probe == 5
     with pc.LoadBalancedAllreduce(np.zeros(4), scheme="average") as lb:
         with pytest.raises(pc.ScheduleError, match="float64"):
             lb(np.zeros(5))

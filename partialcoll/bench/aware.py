@@ -25,6 +25,7 @@ so every scheme sees the same sequence.  Four parts:
 Compute is left out: an iteration is its aggregation (what the schemes
 change).
 """
+import argparse
 import sys
 
 import numpy as np
@@ -57,7 +58,7 @@ def add_args(p):
                         "library's default, is on its right arm when a "
                         "plan gives a slow node no share, see "
                         "bench/RESULTS.md)")
-    p.add_argument("--min-probe", default="auto",
+    p.add_argument("--min-probe", default="auto", type=_min_probe,
                    help="elements per probe, at least, for a server planned "
                         "below its probes (default 'auto', the library's: "
                         "slice // 12; 0: every probe has 10,000 elements, as "
@@ -76,6 +77,20 @@ def add_args(p):
     p.add_argument("--json")
     p.add_argument("--plot", help="PNG: throughput over time, and the "
                                   "slice sweep")
+
+
+def _min_probe(text):
+    """--min-probe: 'auto', 0 (None: the paper's fixed probes) or elements."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"'auto' or a whole number of elements >= 0, not {text!r}")
+    return value or None
 
 
 def network(args, trace=True):
@@ -105,7 +120,7 @@ def run_scheme(scheme, args, comm, duration, slice_elems, accuracy=None):
     pc.network.enable(network(args))
     _, t0 = pc.network.nic_rate(0)
     lb = pc.LoadBalancedAllreduce(x, scheme=scheme, slice_elems=slice_elems,
-                                  min_probe=min_probe(args))
+                                  min_probe=args.min_probe)
     rows, stop = [], False
     while not stop:
         t = pc.now()
@@ -147,17 +162,11 @@ def sweep(args, comm):
         cfg["trace"][0]["every"] = 1e5          # one draw for the sweep
         pc.network.enable(cfg)
         lb = pc.LoadBalancedAllreduce(x, scheme="aware", slice_elems=sl,
-                                      min_probe=min_probe(args))
+                                      min_probe=args.min_probe)
         out.append((sl, median_iteration(lb, x, args.sweep_iters)))
         lb.close()
         pc.network.disable()
     return out
-
-
-def min_probe(args):
-    if args.min_probe == "auto":
-        return "auto"
-    return int(args.min_probe) or None
 
 
 def overhead(args, comm, scheme="average"):
@@ -182,7 +191,7 @@ def overhead(args, comm, scheme="average"):
                                       slice_elems=args.slice,
                                       measure=measure,
                                       num_probe=2 if measure else 0,
-                                      min_probe=min_probe(args))
+                                      min_probe=args.min_probe)
         res.append(median_iteration(lb, x, args.overhead_iters))
         lb.close()
         pc.network.disable()

@@ -49,6 +49,7 @@ bound for the comparison, not a deployable scheme).
 """
 import logging
 import math
+import numbers
 
 import numpy as np
 from mpi4py import MPI
@@ -133,7 +134,8 @@ class LoadBalancedAllreduce:
         if slice_elems < 1 or num_probe < 0 or size_probe < 1 or \
                 not 0 < threshold < 1 or window < 1 or not jump > 1 or \
                 not (min_probe in (None, "auto") or
-                     (isinstance(min_probe, int) and min_probe >= 1)):
+                     (isinstance(min_probe, numbers.Integral) and
+                      not isinstance(min_probe, bool) and min_probe >= 1)):
             raise ScheduleError("slice_elems >= 1, num_probe >= 0, "
                                 "size_probe >= 1, min_probe an int >= 1, "
                                 "'auto' or None, 0 < threshold < 1, "
@@ -143,7 +145,7 @@ class LoadBalancedAllreduce:
         self.slice_elems, self.num_probe = int(slice_elems), int(num_probe)
         self.size_probe, self.measure = int(size_probe), bool(measure)
         if min_probe == "auto":
-            min_probe = max(1, self.slice_elems // 12)
+            min_probe = planner.auto_min_probe(self.slice_elems)
         self.min_probe = None if min_probe is None else int(min_probe)
         self.threshold, self.window = float(threshold), int(window)
         self.jump = float(jump)

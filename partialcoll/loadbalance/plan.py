@@ -451,6 +451,12 @@ def assign_slices(n, shares, slice_elems, num_probe=2, size_probe=10000,
     return slices
 
 
+def auto_min_probe(slice_elems):
+    """``min_probe="auto"``: the paper's ratio of probe to slice (10,000 to
+    1.2e5) applied to ``slice_elems``."""
+    return max(1, int(slice_elems) // 12)
+
+
 def probe_sizes(n, shares, num_probe=2, size_probe=10000, min_probe=None):
     """Elements per probe slice for each server (0: no probes), as
     :func:`assign_slices` cuts them.  ``shares``: whole elements per
