@@ -109,11 +109,12 @@ setup(
     entry_points={"console_scripts": [
         "partialcoll-bench = partialcoll.bench.__main__:main"]},
     extras_require={
-        "test": ["pytest", "pytest-mpi", "matplotlib", "scikit-learn"],
+        "test": ["pytest", "pytest-mpi", "matplotlib", "scikit-learn",
+                 "threadpoolctl"],
         # the API reference: sphinx-build -W --keep-going -b html docs
         # docs/_build/html
         "docs": ["sphinx>=7", "furo"],
-        "bench": ["tqdm", "matplotlib", "scikit-learn"],
+        "bench": ["tqdm", "matplotlib", "scikit-learn", "threadpoolctl"],
         "torch": ["torch"],
         # TicTac's traced models (partialcoll.scheduling.graphs); pick the
         # torchvision that matches your torch

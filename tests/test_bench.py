@@ -113,6 +113,56 @@ def test_aware_min_probe_argument():
             args_for(aware, ["--min-probe", bad])
 
 
+def test_mlfabric_straggler_ceiling_by_hand():
+    """The speed-up that stragglers alone allow: 7 workers in C2 (10 % of
+    steps 4x): a worker averages 0.9 + 0.4 = 1.3 per step; an iteration
+    waits for a straggler with probability 1 - 0.9^7 = 0.5217, so it
+    averages 1 + 3 x 0.5217 = 2.565: 1.973x.  One worker: no wait, 1x; no
+    stragglers: 1x; every step slow: 1x.  Bad arguments are errors."""
+    from partialcoll.bench.mlfabric import straggler_ceiling
+    assert straggler_ceiling(7, 0.10, 4.0) == pytest.approx(
+        (1 + 3 * (1 - 0.9 ** 7)) / 1.3)
+    assert straggler_ceiling(7, 0.10, 4.0) == pytest.approx(1.973, abs=1e-3)
+    assert straggler_ceiling(30, 0.10, 4.0) == pytest.approx(2.979, abs=1e-3)
+    for args in ((1, 0.1, 4.0), (7, 0.0, 4.0), (7, 0.1, 1.0), (7, 1.0, 3.0)):
+        assert straggler_ceiling(*args) == pytest.approx(1.0)
+    for bad in ((0, 0.1, 2.0), (7, 1.5, 2.0), (7, 0.1, 0.5)):
+        with pytest.raises(ValueError):
+            straggler_ceiling(*bad)
+
+
+def test_blas_threads_argument_and_cap():
+    """--blas-threads: 'auto' (default), 0 (leave BLAS alone) or a count;
+    anything else is argparse's error.  A count caps this process's BLAS
+    pool inside the with block (threadpoolctl reports it), 'auto' to the
+    host's cores over its ranks; 0 gives None and changes nothing; the
+    pool is as before after each block."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from partialcoll.bench import mlfabric
+    from partialcoll.bench._common import limit_blas
+    assert args_for(mlfabric, []).blas_threads == "auto"
+    assert args_for(mlfabric, ["--blas-threads", "0"]).blas_threads == 0
+    assert args_for(mlfabric, ["--blas-threads", "3"]).blas_threads == 3
+    for bad in ("-1", "many"):
+        with pytest.raises(SystemExit):
+            args_for(mlfabric, ["--blas-threads", bad])
+    import numpy  # noqa: F401 (loads its BLAS)
+
+    def pools():
+        return [i["num_threads"] for i in threadpoolctl.threadpool_info()
+                if i["user_api"] == "blas"]
+    before = pools()
+    assert before
+    with limit_blas(0, MPI.COMM_WORLD) as cap:
+        assert cap is None and pools() == before
+    with limit_blas(1, MPI.COMM_WORLD) as cap:
+        assert cap == 1 and all(n == 1 for n in pools()), pools()
+    assert pools() == before
+    with limit_blas("auto", MPI.COMM_WORLD) as cap:
+        assert cap >= 1 and all(n == cap for n in pools()), pools()
+    assert pools() == before
+
+
 @pytest.mark.max_ranks(4)
 def test_aware_slice_sweep_alone_with_a_per_message_cost(rank_tmp):
     """``--schemes ''``: the slice sweep alone (on a network with a

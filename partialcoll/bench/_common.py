@@ -1,7 +1,9 @@
 """Shared helpers of the benchmarks: size parsing, cross-rank statistics,
 table/CSV/JSON output, progress bar on rank 0."""
+import contextlib
 import csv
 import json
+import os
 import sys
 
 import numpy as np
@@ -72,6 +74,52 @@ def _cell(v):
     if isinstance(v, float):
         return f"{v:.3f}" if abs(v) < 1000 else f"{v:.1f}"
     return str(v)
+
+
+def blas_threads(text):
+    """argparse type of ``--blas-threads``: 'auto' or an integer >= 0."""
+    import argparse
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: 'auto', 0 (leave the BLAS library alone) or a "
+            "number of threads >= 1")
+    return n
+
+
+@contextlib.contextmanager
+def limit_blas(threads, comm):
+    """Cap this rank's BLAS thread pool (OpenBLAS, MKL, BLIS, through
+    threadpoolctl) inside the ``with`` block, which gets the cap (None:
+    left alone); the library's own setting comes back after it.
+
+    ``threads``: 'auto' shares the host's cores among the ranks on it
+    (at least one thread each); 0 leaves the library's own default.  Why:
+    NumPy's OpenBLAS starts a pool of one thread per core in every process,
+    and its idle threads spin for a while after each call.  With more ranks
+    than cores (8 on 2 here) the pools of ranks just out of a matrix
+    product keep every core busy: in the MLfabric benchmark they took
+    about 70 % of the CPU and stretched the workers' steps (100 ms of
+    emulated compute) from about 170 ms to 290 ms (bench/RESULTS.md)."""
+    if threads == 0:
+        yield None
+        return
+    if threads == "auto":
+        local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        threads = max(1, len(os.sched_getaffinity(0)) // local.size)
+        local.Free()
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        raise SystemExit("--blas-threads needs threadpoolctl: pip install "
+                         "'partialcoll[bench]' (or --blas-threads 0)")
+    with threadpool_limits(limits=threads, user_api="blas"):
+        yield threads
 
 
 def cli(module, name, argv=None):

@@ -37,7 +37,7 @@ from mpi4py import MPI
 import partialcoll as pc
 from ..mlfabric import (SGD, SoftmaxRegression, TanhMLP, train,
                         train_allreduce)
-from ._common import cli, emit, save_plot
+from ._common import blas_threads, cli, emit, limit_blas, save_plot
 
 FACTORS = [1, 2.5, 3.3, 5, 10]
 NETWORKS = {"N1": [0, 0, 0, 0.1, 0.9], "N2": [0, 0.1, 0.1, 0.1, 0.7],
@@ -90,6 +90,11 @@ def add_args(p):
                    "step per update as the parameter server, which applies "
                    "every update at lr; 'same': lr on the mean (N times "
                    "smaller steps per update)")
+    p.add_argument("--blas-threads", type=blas_threads, default="auto",
+                   help="BLAS threads per rank: 'auto' (default) shares the "
+                   "host's cores among its ranks; 0 leaves NumPy's BLAS "
+                   "alone (its idle threads spin: with more ranks than "
+                   "cores they take most of the CPU)")
     p.add_argument("--target-loss", type=float)
     p.add_argument("--plot")
     p.add_argument("--csv")
@@ -174,6 +179,22 @@ def _ms(xs):
     return 1e3 * sum(xs) / len(xs) if xs else math.nan
 
 
+def straggler_ceiling(workers, rate, slowdown):
+    """The speed-up over a synchronous scheme that compute stragglers alone
+    allow an asynchronous one, with free communication and as much progress
+    per update: each of ``workers`` steps takes 1 (or ``slowdown`` with
+    probability ``rate``), so a worker averages 1 + (s - 1) r per step and a
+    synchronous iteration, which waits for the slowest, 1 + (s - 1)
+    (1 - (1 - r)^N).  7 workers: C1 1.38x, C2 1.97x, C3 1.20x; the paper's
+    30: 1.78x, 2.98x, 1.64x (its Table 2 under N1: 1.74, 2.96, 1.90)."""
+    if workers < 1 or not 0 <= rate <= 1 or slowdown < 1:
+        raise ValueError(f"straggler_ceiling: workers >= 1, 0 <= rate <= 1 "
+                         f"and slowdown >= 1, not {workers}, {rate}, "
+                         f"{slowdown}")
+    extra = slowdown - 1.0
+    return (1 + extra * (1 - (1 - rate) ** workers)) / (1 + extra * rate)
+
+
 def _time_to(losses, target):
     for t, applied, loss in losses:
         if loss <= target:
@@ -191,18 +212,22 @@ def run(args, comm=MPI.COMM_WORLD):
         raise SystemExit("mlfabric: run under mpiexec with >= 3 ranks "
                          "(a server and two workers; the paper's: about 8)")
     rows, curves = [], {}
-    for cname in args.stragglers.split(","):
-        for nname in args.networks.split(","):
-            for seed in (int(s) for s in args.seeds.split(",")):
-                got = _configuration(args, cname, nname, seed, comm)
-                curves[(cname, nname, seed)] = got
-                rows.extend(_rows(args, cname, nname, seed, got))
+    with limit_blas(args.blas_threads, comm) as cap:
+        for cname in args.stragglers.split(","):
+            for nname in args.networks.split(","):
+                for seed in (int(s) for s in args.seeds.split(",")):
+                    got = _configuration(args, cname, nname, seed, comm)
+                    curves[(cname, nname, seed)] = got
+                    rows.extend(_rows(args, cname, nname, seed, got,
+                                      comm.size - 1))
     emit(rows, list(rows[0]) if rows else [], args,
          f"MLfabric comparison: P = {comm.size} ({comm.size - 1} workers), "
          f"{args.model}, {_update_bytes(args)} B updates, base rate "
          f"{args.base_rate:g} B/s redrawn every {args.every} s, compute "
          f"{args.compute} s, {args.duration} s per scheme, lr {args.lr:g} "
-         f"(synchronous schemes: {args.sync_lr})", comm)
+         f"(synchronous schemes: {args.sync_lr}), BLAS threads per rank "
+         f"{cap or 'as the library starts'}; ceiling: the speed-up over "
+         f"ring that stragglers alone allow (straggler_ceiling)", comm)
     if args.plot and comm.rank == 0:
         _plot(curves, args.plot)
     return rows
@@ -226,7 +251,7 @@ def _configuration(args, cname, nname, seed, comm):
     return got
 
 
-def _rows(args, cname, nname, seed, got):
+def _rows(args, cname, nname, seed, got, workers):
     target = args.target_loss
     if target is None:
         target = max(min(loss for _, _, loss in r["losses"])
@@ -234,6 +259,7 @@ def _rows(args, cname, nname, seed, got):
     base = _time_to(got["ring"]["losses"], target)[0] if "ring" in got \
         else math.nan
     rows = []
+    ceiling = round(straggler_ceiling(workers, *STRAGGLERS[cname]), 2)
     for scheme, r in got.items():
         t, applied = _time_to(r["losses"], target)
         rows.append({"config": f"{cname}-{nname}", "seed": seed,
@@ -244,7 +270,8 @@ def _rows(args, cname, nname, seed, got):
                      "final_loss": round(r["losses"][-1][2], 4),
                      "drops": r["drops"], "max_delay": r["max_delay"],
                      "sched_ms": round(r["sched_ms"], 2),
-                     "comm_ms": round(r["comm_ms"], 1)})
+                     "comm_ms": round(r["comm_ms"], 1),
+                     "ceiling": ceiling})
     return rows
 
 
