@@ -104,7 +104,7 @@ def limit_blas(threads, comm):
     and its idle threads spin for a while after each call.  With more ranks
     than cores (8 on 2 here) the pools of ranks just out of a matrix
     product keep every core busy: in the MLfabric benchmark they took
-    about 70 % of the CPU and stretched the workers' steps (100 ms of
+    two thirds of the CPU and stretched the workers' steps (100 ms of
     emulated compute) from about 170 ms to 290 ms (bench/RESULTS.md)."""
     if threads == 0:
         yield None
