@@ -76,8 +76,9 @@ def _cell(v):
     return str(v)
 
 
-def blas_threads(text):
-    """argparse type of ``--blas-threads``: 'auto' or an integer >= 0."""
+def auto_or_count(text):
+    """argparse type of an option that takes 'auto' or a whole number
+    >= 0 (--blas-threads, the aware benchmark's --min-probe)."""
     import argparse
     if text == "auto":
         return text
@@ -87,8 +88,7 @@ def blas_threads(text):
         n = -1
     if n < 0:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: 'auto', 0 (leave the BLAS library alone) or a "
-            "number of threads >= 1")
+            f"'auto' or a whole number >= 0, not {text!r}")
     return n
 
 

@@ -25,7 +25,6 @@ so every scheme sees the same sequence.  Four parts:
 Compute is left out: an iteration is its aggregation (what the schemes
 change).
 """
-import argparse
 import sys
 
 import numpy as np
@@ -33,7 +32,7 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import cli, emit, progress, pyplot, save_plot
+from ._common import auto_or_count, cli, emit, progress, pyplot, save_plot
 
 
 def add_args(p):
@@ -81,16 +80,7 @@ def add_args(p):
 
 def _min_probe(text):
     """--min-probe: 'auto', 0 (None: the paper's fixed probes) or elements."""
-    if text == "auto":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(
-            f"'auto' or a whole number of elements >= 0, not {text!r}")
-    return value or None
+    return auto_or_count(text) or None
 
 
 def network(args, trace=True):

@@ -37,7 +37,7 @@ from mpi4py import MPI
 import partialcoll as pc
 from ..mlfabric import (SGD, SoftmaxRegression, TanhMLP, train,
                         train_allreduce)
-from ._common import blas_threads, cli, emit, limit_blas, save_plot
+from ._common import auto_or_count, cli, emit, limit_blas, save_plot
 
 FACTORS = [1, 2.5, 3.3, 5, 10]
 NETWORKS = {"N1": [0, 0, 0, 0.1, 0.9], "N2": [0, 0.1, 0.1, 0.1, 0.7],
@@ -90,7 +90,7 @@ def add_args(p):
                    "step per update as the parameter server, which applies "
                    "every update at lr; 'same': lr on the mean (N times "
                    "smaller steps per update)")
-    p.add_argument("--blas-threads", type=blas_threads, default="auto",
+    p.add_argument("--blas-threads", type=auto_or_count, default="auto",
                    help="BLAS threads per rank: 'auto' (default) shares the "
                    "host's cores among its ranks; 0 leaves NumPy's BLAS "
                    "alone (its idle threads spin: with more ranks than "
