@@ -271,6 +271,25 @@ def test_mlfabric_benchmark_quick():
 
 
 @pytest.mark.max_ranks(4)
+def test_mlfabric_benchmark_distributors():
+    """--distributors 2: the MLfabric rows report the server's outgoing
+    MB/s and the copies relays forwarded; async PS relays nothing (it
+    answers every pull itself) and ring has no server."""
+    if MPI.COMM_WORLD.size < 3:
+        pytest.skip("a server and two workers at least")
+    from partialcoll.bench import mlfabric
+    rows = mlfabric.run(args_for(mlfabric, [
+        "--quick", "--duration", "1", "--distributors", "2",
+        "--schemes", "mlfabric-2N,async,ring"]))
+    if MPI.COMM_WORLD.rank == 0:
+        by = {r["scheme"]: r for r in rows}
+        assert by["mlfabric-2N"]["out_MBps"] > 0
+        assert by["mlfabric-2N"]["relayed"] >= 0
+        assert by["async"]["relayed"] == 0 and by["async"]["out_MBps"] > 0
+        assert by["ring"]["out_MBps"] != by["ring"]["out_MBps"]   # nan
+
+
+@pytest.mark.max_ranks(4)
 def test_mlfabric_benchmark_allreduce_variant():
     """--schemes mlfabric-ar,ring: MLfabric's allreduce runs as a scheme
     beside the ring (a second of training each) and reports its scheduler

@@ -106,6 +106,42 @@ def test_baselines_train(network, mode):
         assert len(res.comm) >= 1 and min(res.comm) > 0
 
 
+@pytest.fixture
+def slow_server_out():
+    """Workers' NICs at 4 MB/s, the server's outgoing one at 0.2 MB/s: an
+    8 KB model takes 40 ms out of the server, as long as a step, so pulls
+    queue there."""
+    pc.network.enable({"seed": 3, "default": {
+        "out_rate": "4 MB/s", "in_rate": "4 MB/s", "latency": "0.2 ms"},
+        "rank": {"0": {"out_rate": "0.2 MB/s"}}})
+    yield
+    pc.network.disable()
+
+
+@pytest.mark.parametrize("mode", ["mlfabric", "mlfabric-s"])
+def test_pulls_over_a_distribution_tree(slow_server_out, mode):
+    """Section 10.3: pulls that queue behind the server's slow outgoing
+    link go out as distribution trees; relays forward copies; every pull
+    is answered exactly once (by the server or a relay), the invariants
+    hold and the loss falls."""
+    start, res = run(mode, distributors=2, duration=1.5)
+    check_invariants(res, tau_max=P - 1 if mode == "mlfabric" else None)
+    pulls = res.pulls
+    assert pulls["batches"] > 0 and pulls["relayed"] > 0, pulls
+    assert pulls["server"] + pulls["relayed"] == res.updates["notified"]
+    assert pulls["server"] >= pulls["batches"]
+    assert res.losses[-1][2] < start - 0.05, res.losses
+    relays = {s for s, d in res.bytes if s != 0 and d != 0}
+    assert relays, res.bytes
+
+
+def test_without_distributors_the_server_sends_every_copy(slow_server_out):
+    _, res = run("mlfabric", duration=1.0)
+    check_invariants(res, tau_max=P - 1)
+    assert res.pulls["relayed"] == res.pulls["batches"] == 0
+    assert res.pulls["server"] == res.updates["notified"]
+
+
 @pytest.mark.parametrize("algorithm", ["ring", "tree"])
 def test_sync_allreduce_baselines(network, algorithm):
     """The synchronous baselines of the benchmark: the same workers agree

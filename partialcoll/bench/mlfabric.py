@@ -24,8 +24,10 @@ Reported per scheme: time to the target loss (``--target-loss``, or by
 default the highest of the schemes' lowest losses, so every scheme
 reaches it) and its speed-up over ring allreduce, updates applied by then,
 the final loss, drops, the largest delay, the scheduler's CPU time per
-batch, and for the synchronous schemes the communication time per
-iteration.  ``--plot F.png``: loss against time per scheme, one panel per
+batch, for the synchronous schemes the communication time per
+iteration, and for the parameter-server schemes the MB/s leaving the
+server (its model copies) and the copies relays forwarded
+(``--distributors``, section 10.3).  ``--plot F.png``: loss against time per scheme, one panel per
 configuration.  ``--quick``: a CI-size run (a small model, one
 configuration, 2 s per scheme).
 """
@@ -82,6 +84,10 @@ def add_args(p):
                    help="the scheduler's batch interval")
     p.add_argument("--lag", type=float, default=0.2, help="monitor lag")
     p.add_argument("--aggregators", type=int, default=2)
+    p.add_argument("--distributors", type=int, default=0,
+                   help="relays of the model's distribution tree for the "
+                   "MLfabric schemes' pulls (section 10.3; 0: the server "
+                   "sends every copy itself, as plain async PS does)")
     p.add_argument("--lr", type=float, default=5.0)
     p.add_argument("--momentum", type=float, default=0.5)
     p.add_argument("--sync-lr", choices=("scaled", "same"), default="scaled",
@@ -126,7 +132,8 @@ def _one(args, scheme, stragglers, seed, comm):
     if scheme in ("ring", "tree"):
         out = train_allreduce(model, opt, comm, algorithm=scheme, **common)
         return {"losses": out["losses"], "drops": 0, "max_delay": 0,
-                "sched_ms": math.nan, "comm_ms": _ms(out["comm"])}
+                "sched_ms": math.nan, "comm_ms": _ms(out["comm"]),
+                "server_out": math.nan, "relayed": math.nan}
     if scheme == "mlfabric-ar":
         out = train_allreduce(model, opt, comm, algorithm="mlfabric",
                               aggregators=args.aggregators,
@@ -134,7 +141,8 @@ def _one(args, scheme, stragglers, seed, comm):
                               initial_rate=args.base_rate * 5, **common)
         return {"losses": out["losses"], "drops": 0, "max_delay": 0,
                 "sched_ms": 1e3 * out["scheduler"]["cpu_mean"],
-                "comm_ms": _ms(out["comm"])}
+                "comm_ms": _ms(out["comm"]),
+                "server_out": math.nan, "relayed": math.nan}
     N = comm.size - 1
     kw = dict(batch_interval=args.interval, monitor_lag=args.lag,
               aggregators=args.aggregators,
@@ -144,13 +152,18 @@ def _one(args, scheme, stragglers, seed, comm):
         mode = "mlfabric"
     else:
         mode = scheme
+    if mode != "async":
+        kw["distributors"] = args.distributors
     res = train(model, opt, comm, mode=mode, **kw)
     return {"losses": res.losses, "drops": res.updates["dropped"],
             "max_delay": res.invariants["max_delay"],
             "sched_ms": 1e3 * res.scheduler["cpu_mean"]
             if res.scheduler["batches"] else math.nan,
             "comm_ms": _ms(res.comm) if mode == "mlfabric-s" else math.nan,
-            "invariants": res.invariants}
+            "invariants": res.invariants,
+            "server_out": sum(v for (src, _), v in res.bytes.items()
+                              if src == 0) / res.wall / 1e6,
+            "relayed": res.pulls["relayed"]}
 
 
 def _model(args, seed):
@@ -226,7 +239,9 @@ def run(args, comm=MPI.COMM_WORLD):
          f"{args.base_rate:g} B/s redrawn every {args.every} s, compute "
          f"{args.compute} s, {args.duration} s per scheme, lr {args.lr:g} "
          f"(synchronous schemes: {args.sync_lr}), BLAS threads per rank "
-         f"{cap or 'as the library starts'}; ceiling: the speed-up over "
+         f"{cap or 'as the library starts'}, {args.aggregators} "
+         f"aggregators, {args.distributors} distributors; ceiling: the "
+         f"speed-up over "
          f"ring that stragglers alone allow (straggler_ceiling)", comm)
     if args.plot and comm.rank == 0:
         _plot(curves, args.plot)
@@ -271,7 +286,8 @@ def _rows(args, cname, nname, seed, got, workers):
                      "drops": r["drops"], "max_delay": r["max_delay"],
                      "sched_ms": round(r["sched_ms"], 2),
                      "comm_ms": round(r["comm_ms"], 1),
-                     "ceiling": ceiling})
+                     "out_MBps": round(r["server_out"], 1),
+                     "relayed": r["relayed"], "ceiling": ceiling})
     return rows
 
 

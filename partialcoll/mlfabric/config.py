@@ -1,5 +1,6 @@
 """The settings of one parameter-server run (checked up front)."""
 import math
+import operator
 
 MODES = ("mlfabric", "async", "mlfabric-s")
 
@@ -12,7 +13,7 @@ class RunConfig:
                  batch_interval=0.1, compute_time=0.1, stragglers=(0.0, 1.0),
                  monitor_lag=0.2, monitor_window=0.5, initial_rate=1e8,
                  duration=None, max_updates=None, target_loss=None,
-                 eval_every=0.1, seed=0):
+                 eval_every=0.1, seed=0, distributors=0):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if duration is None and max_updates is None:
@@ -21,6 +22,11 @@ class RunConfig:
             raise ValueError("mode 'mlfabric' needs tau_max >= 1")
         if replica and mode != "mlfabric":
             raise ValueError("a replica needs mode 'mlfabric'")
+        distributors = _count(distributors, "distributors")
+        if distributors and mode == "async":
+            raise ValueError("distributors need mode 'mlfabric' or "
+                             "'mlfabric-s' (a plain asynchronous PS answers "
+                             "every pull itself)")
         r, s = stragglers
         if not 0 <= r <= 1 or s < 1:
             raise ValueError("stragglers=(r, s): 0 <= r <= 1, s >= 1")
@@ -36,7 +42,21 @@ class RunConfig:
         self.initial_rate = float(initial_rate)
         self.duration, self.max_updates = duration, max_updates
         self.target_loss, self.eval_every = target_loss, eval_every
-        self.seed = seed
+        self.seed, self.distributors = seed, distributors
 
     def __repr__(self):
         return f"RunConfig({self.__dict__!r})"
+
+
+def _count(value, name):
+    """A whole number >= 0 of any integer type (not a bool)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer >= 0, got "
+                        f"{value!r}") from None
+    if n < 0:
+        raise ValueError(f"{name} must be >= 0, got {n}")
+    return n

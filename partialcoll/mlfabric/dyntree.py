@@ -210,6 +210,49 @@ def _pull_hops(pull, root, hops, into_root):
                          priority=j)
 
 
+def plan_distribution(requests, out_rates, in_rates, server, distributors,
+                      size, now=0.0):
+    """Section 10.3's model distribution for one batch of pulls: who gets
+    the model from whom, so that the server's outgoing link does not have
+    to carry every copy.
+
+    Algorithm 3 on the mirrored network (as the allreduce's get, see
+    :func:`plan_tree`): the first group gets the model straight from the
+    server, each later group from its distributor, which gets it from the
+    server first; the server serves the last distributor first and goes
+    backwards, the direct group last.
+
+    Args:
+        requests: the workers waiting for the model, in the order they
+            asked (the server is skipped).
+        out_rates, in_rates: {rank: bytes/s} from the link monitor.
+        server: the rank that has the model.
+        distributors: up to k ranks, each one of ``requests`` (a relay
+            needs the model itself: it forwards what it received).
+        size: bytes of the model.
+    Returns ``[(src, dst, priority)]``: every requester exactly once as a
+    ``dst``; a relay's own copy comes before what it forwards; lower
+    ``priority`` leaves first among ``src``'s sends.
+
+    Example::
+
+        plan_distribution([1, 2, 3], {r: 1e7 for r in range(4)},
+                          {r: 1e7 for r in range(4)}, 0, [1], 1e6)
+        # [(0, 1, 0), (1, 3, 0), (1, 2, 1)]-like: 1 relays to 2 and 3
+    """
+    workers = [r for r in dict.fromkeys(requests) if r != server]
+    relays = [d for d in dict.fromkeys(distributors) if d in workers]
+    if len(relays) != len(list(dict.fromkeys(distributors))):
+        raise ValueError(f"distributors {list(distributors)} must be among "
+                         f"the requests {workers}")
+    updates = [Update(r, r, float(size), 0, 0.0) for r in workers]
+    mirrored = NetworkState(in_rates, out_rates, now)
+    pull = aggregate_sync(updates, mirrored, server, relays, now)
+    hops = _HopList(1)
+    _pull_hops(pull, server, hops, [])
+    return [(h.src, h.dst, h.priority) for h in hops.hops]
+
+
 def _first_byte(transfer):
     """When a planned transfer first has bandwidth (None: local)."""
     if transfer.src == transfer.dst:

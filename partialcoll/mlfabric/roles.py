@@ -75,6 +75,8 @@ class Stats:
         self.sched_cpu, self.losses = [], []
         self.comm = []      # MLfabric-S: per iteration, planned to applied
         self.notified, self.late = set(), set()
+        self.pulls = collections.Counter()      # model copies: "server",
+        #                                         "relayed", "batches"
 
 
 def _ctl_messages(ctl):
@@ -159,11 +161,11 @@ def pull_buffer(params, version):
     return out
 
 
-def send_pull(dcomm, params, version, worker):
+def send_pull(dcomm, params, version, worker, priority=-1):
     """Post the model to ``worker``; returns the one-shot schedule."""
     s = Schedule(dcomm)
     s.send(s.buffer(pull_buffer(params, version)), worker, PULL_TAG,
-           priority=-1)
+           priority=priority)
     s.commit()
     s.post()
     return s

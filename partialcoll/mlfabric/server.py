@@ -25,6 +25,7 @@ from .program import Op
 from .execute import build
 from .roles import (CTL, Stats, _Applier, _ctl_messages, _Tags,
                     async_programs, idle, now, plan_programs, send_pull)
+from .dyntree import plan_distribution
 from .scheduler import BatchPlan, Scheduler
 
 
@@ -37,7 +38,7 @@ class Server:
         self.dcomm, self.ctl = dcomm, ctl
         self.w = np.array(model.params, dtype=np.float64).reshape(-1)
         self.version, self.stats = 0, Stats()
-        self.ready, self.held_pulls, self.pulls = [], set(), []
+        self.ready, self.held_pulls, self.pulls = [], {}, []
         self.last_version = {}                 # worker -> its last notice's
         self.stopped, self.stopping = set(), False
         self.applier = _Applier(self._apply, ordered=cfg.mode != "async")
@@ -133,7 +134,7 @@ class Server:
             else:
                 self.ready.append(g)
         elif kind == "pull":
-            self.held_pulls.add(src)
+            self.held_pulls[src] = None          # in the order asked
         elif kind == "report":
             self._observe(msg[1])
         elif kind == "stopped":
@@ -146,16 +147,57 @@ class Server:
         del reports[:]
 
     def _serve_pulls(self, force=False):
-        for w in sorted(self.held_pulls):
-            if self.cfg.mode == "mlfabric-s" and not force and \
-                    self.version <= self.last_version.get(w, -1):
-                continue                 # wait for the iteration's model
-            self.held_pulls.discard(w)
+        """Send the model to the workers that asked.  With
+        ``distributors``, pulls that come while the server's last copies
+        are still leaving wait, and go out together as one distribution
+        tree (section 10.3) once they have left."""
+        waiting = [w for w in self.held_pulls
+                   if force or self.cfg.mode != "mlfabric-s" or
+                   self.version > self.last_version.get(w, -1)]
+        if not waiting:                  # mlfabric-s: the iteration's model
+            return
+        if self.cfg.distributors:
+            if not self.pulls or force:
+                self._distribute_model(waiting)
+            return
+        for w in sorted(waiting):
+            del self.held_pulls[w]
             self.pulls.append(send_pull(self.dcomm, self.w, self.version, w))
-            self.stats.bytes[(0, w)] += self.w.nbytes
-            net = self.sched.net if self.sched is not None else None
-            if net is not None:
-                net.reserve(0, w, now(), float(self.w.nbytes))
+            self._sent_model(0, w)
+
+    def _sent_model(self, src, dst):
+        if src == self.roles.server:     # a relay counts its own
+            self.stats.bytes[(src, dst)] += self.w.nbytes
+            self.stats.pulls["server"] += 1
+        net = self.sched.net if self.sched is not None else None
+        if net is not None:
+            net.reserve(src, dst, now(), float(self.w.nbytes))
+
+    def _distribute_model(self, waiting):
+        """One batch of pulls over a distribution tree: the relays are the
+        requesters with the fastest outgoing links the monitor reports
+        (at most ``distributors``, fewer than the requesters); each
+        requester is told where its copy comes from and, as a relay,
+        where to forward it."""
+        t = now()
+        out, inn = self.sched.monitor.rates(t)
+        k = min(self.cfg.distributors, len(waiting) - 1)
+        relays = sorted(waiting, key=lambda w: -out[w])[:k]
+        hops = plan_distribution(waiting, out, inn, self.roles.server,
+                                 relays, float(self.w.nbytes + 16), t)
+        source, forward = {}, {w: [] for w in waiting}
+        for i, (src, dst, prio) in enumerate(hops):
+            source[dst] = src
+            if src == self.roles.server:
+                self.pulls.append(send_pull(self.dcomm, self.w, self.version,
+                                            dst, priority=i - len(hops) - 1))
+            else:
+                forward[src].append(dst)
+            self._sent_model(src, dst)
+        self.stats.pulls["batches"] += 1
+        for w in waiting:
+            del self.held_pulls[w]
+            self.ctl.send(("model", source[w], forward[w]), dest=w, tag=CTL)
 
     # -- planning -----------------------------------------------------------
     def _batch(self, t):

@@ -27,6 +27,9 @@ class RunResult:
         delays: {delay: updates applied} (the paper's convention).
         bytes: {(src, dst): bytes sent} over the emulated network.
         scheduler: {"batches", "cpu_mean", "cpu_max"} seconds per batch.
+        pulls: {"server": model copies the server sent, "relayed": copies
+            relays forwarded, "batches": distribution trees (0 without
+            ``distributors``)}.
         updates: {"notified", "applied", "dropped"}.
         invariants: {"max_delay", "late", "dropped_sent", "applied_twice",
             "unaccounted"}: the checks of a correct run (all 0 but
@@ -63,6 +66,12 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
             aggregation, section 6).
         tau_max: the delay bound (mode "mlfabric").
         aggregators: k per batch (an int, drawn, or a list of ranks).
+        distributors: k° relays of the model (section 10.3; modes
+            "mlfabric" and "mlfabric-s"): pulls that come while the
+            server's last copies are still leaving are answered together
+            over a distribution tree (Algorithm 3 on the mirrored links),
+            its relays the requesters with the fastest outgoing links the
+            monitor reports.  0 (default): the server sends every copy.
         replica, replica_aggregators, div_max: the replica (5.3).
         batch_interval: seconds between batches (0.1, the paper's).
         compute_time: seconds of emulated compute per step (a DELAY op).
@@ -116,7 +125,7 @@ def _role(rank, roles):
 def _local(role, rank, roles, final):
     st = role.stats
     out = {"rank": rank, "sent": st.sent, "told_drop": st.dropped_here,
-           "bytes": st.bytes, "applied": st.applied}
+           "bytes": st.bytes, "applied": st.applied, "pulls": st.pulls}
     if rank == roles.replica:
         out["params"] = final
     return out
@@ -124,10 +133,11 @@ def _local(role, rank, roles, final):
 
 def _result(server, everyone, roles, cfg, wall):
     st = server.stats
-    nbytes = collections.Counter()
+    nbytes, pulls = collections.Counter(), collections.Counter()
     sent, told = set(), set()
     for part in everyone:
         nbytes.update(part["bytes"])
+        pulls.update(part["pulls"])
         sent |= part["sent"]
         told |= part["told_drop"]
     dropped = st.dropped_here
@@ -157,6 +167,7 @@ def _result(server, everyone, roles, cfg, wall):
                    "cpu_max": float(max(cpu, default=0.0))},
         updates={"notified": len(st.notified),
                  "applied": sum(applied.values()), "dropped": len(dropped)},
+        pulls={k: pulls[k] for k in ("server", "relayed", "batches")},
         invariants=invariants, replica=replica, wall=wall, comm=st.comm,
         mode=cfg.mode, config=cfg)
 

@@ -6,6 +6,11 @@ Per step::
     s times longer with probability r: a straggler) -> ready notice to the
     scheduler -> pull the model (a receive on the emulated network) -> ...
 
+With ``distributors`` (section 10.3) the pull waits for the server's word
+on where the model comes from (the server or a relay) and, as a relay,
+whom to forward it to: the worker forwards its copy as soon as it has it
+and computes meanwhile.
+
 In the background it runs the batch programs the server sends it (its
 sends, and as an aggregator its receives, sums and forwards), keeping
 each update until every planned copy (server, replica) has left or the
@@ -17,7 +22,11 @@ import numpy as np
 
 from ..schedule import Schedule
 from .execute import build
-from .roles import CTL, PULL_TAG, Stats, _ctl_messages, idle
+from .roles import CTL, PULL_TAG, Stats, _ctl_messages, idle, now
+
+
+#: a relay's forwards leave ahead of its updates' sends (priority offset)
+FORWARD = 1000
 
 
 class Worker:
@@ -34,8 +43,9 @@ class Worker:
         self.runs, self.reports, self.stats = [], [], Stats()
         self.rng = np.random.default_rng([cfg.seed, self.rank, 7])
         self.phase, self.stopping, self.finishing = None, False, False
+        self.pulls, self.forwards, self.forward_to = {}, [], []
         self._compute_sched()
-        self._pull_sched()
+        self.pull, self.pull_op, self.pulled = self._pull_sched(0)
 
     def _compute_sched(self):
         s = Schedule(self.dcomm)
@@ -43,26 +53,33 @@ class Worker:
         s.delay(s.buffer(self.seconds, name="seconds")[0:1])
         self.compute = s.commit()
 
-    def _pull_sched(self):
-        s = Schedule(self.dcomm)
-        self.pulled = np.zeros(self.n + 2)
-        self.pull_op = s.recv(s.buffer(self.pulled), 0, PULL_TAG)
-        self.pull = s.commit()
+    def _pull_sched(self, src):
+        """The persistent receive of a model copy from ``src`` (the server
+        or a relay): (schedule, op, buffer)."""
+        if src not in self.pulls:
+            s = Schedule(self.dcomm)
+            buf = np.zeros(self.n + 2)
+            op = s.recv(s.buffer(buf), src, PULL_TAG)
+            self.pulls[src] = (s.commit(), op, buf)
+        return self.pulls[src]
 
     # -- the loop ---------------------------------------------------------
     def run(self):
         self._start_compute()
-        while not (self.finishing and self.phase is None and not self.runs):
+        while not (self.finishing and self.phase is None and not self.runs
+                   and not self.forwards):
             for _, msg in _ctl_messages(self.ctl):
                 self._message(msg)
             busy = self._advance()
             self._reap()
+            self.forwards = [f for f in self.forwards if not _sent(f)]
             if self.reports and not self.finishing:
                 self.ctl.send(("report", self.reports), dest=0, tag=CTL)
                 self.reports = []
             if not busy:
                 idle()
-        for s in (self.compute, self.pull):
+        self.compute.free()
+        for s, _, _ in self.pulls.values():
             s.free()
 
     def _message(self, msg):
@@ -78,6 +95,12 @@ class Worker:
                 self._stopped()
         elif msg[0] == "finish":
             self.finishing = True
+        elif msg[0] == "model":               # section 10.3: where from
+            _, src, self.forward_to = msg
+            self.pull, self.pull_op, self.pulled = self._pull_sched(src)
+            self.pull_src = src
+            self.pull.post()
+            self.phase = "pull"
 
     def _advance(self):
         if self.phase == "compute" and self.compute.test():
@@ -110,6 +133,10 @@ class Worker:
                        self.opt.norm(self.update), float(self.update.nbytes)),
                       dest=0, tag=CTL)
         self.ctl.send(("pull",), dest=0, tag=CTL)
+        if self.cfg.distributors:
+            self.phase = "await"         # the server says where from
+            return
+        self.pull_src = 0
         self.pull.post()
         self.phase = "pull"
 
@@ -118,12 +145,28 @@ class Worker:
         self.params[:] = self.pulled[:-2]
         self.version, sent_at = int(self.pulled[-2]), float(self.pulled[-1])
         if t > sent_at:
-            self.reports.append((float(t), 0, self.rank,
+            self.reports.append((float(t), self.pull_src, self.rank,
                                  float(self.params.nbytes), float(t) - sent_at))
+        for i, dst in enumerate(self.forward_to):
+            self._forward(dst, i)
+        self.forward_to = []
         if self.stopping:
             self._stopped()
         else:
             self._start_compute()
+
+    def _forward(self, dst, priority):
+        """Relay the model just received to ``dst`` (a copy, re-stamped:
+        the receiver times this link alone)."""
+        buf = self.pulled.copy()
+        buf[-1] = now()
+        s = Schedule(self.dcomm)
+        s.send(s.buffer(buf), dst, PULL_TAG, priority=priority - FORWARD)
+        s.commit()
+        s.post()
+        self.forwards.append(s)
+        self.stats.bytes[(self.rank, dst)] += self.params.nbytes
+        self.stats.pulls["relayed"] += 1
 
     def _stopped(self):
         self.phase = None
@@ -150,3 +193,11 @@ class Worker:
         if self.made[what[1]] >= self.copies:
             self.held.pop(what[1])
             self.made.pop(what[1])
+
+
+def _sent(s):
+    """Free a one-shot send schedule once it is complete."""
+    if s.test():
+        s.free()
+        return True
+    return False

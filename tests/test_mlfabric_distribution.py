@@ -1,0 +1,118 @@
+"""MLfabric's model distribution for the parameter server's pulls
+(section 10.3, :func:`partialcoll.mlfabric.dyntree.plan_distribution`),
+no MPI: who gets the model from whom for given link rates, worked out by
+hand, the refusals, and the structure over random instances (every
+requester exactly once, from the server or from a relay that got it from
+the server first)."""
+import random
+
+import pytest
+
+from partialcoll.mlfabric.config import RunConfig
+from partialcoll.mlfabric.dyntree import plan_distribution
+
+MB = 1e6
+FAST = 10 * MB
+
+
+def rates(n=4, **slow):
+    """NICs of ranks 0..n-1 at 10 MB/s but those named ("out0": 1e6 is
+    rank 0's outgoing NIC at 1 MB/s)."""
+    out = {r: FAST for r in range(n)}
+    inn = {r: FAST for r in range(n)}
+    for name, rate in slow.items():
+        (out if name.startswith("out") else inn)[int(name[3:])] = rate
+    return out, inn
+
+
+def sources(hops):
+    return {dst: src for src, dst, _ in hops}
+
+
+def test_slow_server_link_sends_through_the_relay():
+    """The server sends at 1 MB/s: three 1 MB copies out of it take 3 s,
+    one to relay 1 (1 s) and two from 1 at 10 MB/s (0.2 s) take 1.2 s."""
+    out, inn = rates(out0=1 * MB)
+    hops = plan_distribution([1, 2, 3], out, inn, 0, [1], MB)
+    assert sources(hops) == {1: 0, 2: 1, 3: 1}
+    # the relay's own copy is planned before what it forwards
+    assert hops[0][:2] == (0, 1)
+
+
+def test_slow_relay_link_sends_everything_direct():
+    """Relay 1 sends at 10 kB/s (100 s a copy): the server serves all
+    three itself."""
+    out, inn = rates(out0=1 * MB, out1=0.01 * MB)
+    hops = plan_distribution([1, 2, 3], out, inn, 0, [1], MB)
+    assert sources(hops) == {1: 0, 2: 0, 3: 0}
+
+
+def test_no_distributors_or_one_request():
+    out, inn = rates(out0=1 * MB)
+    assert sources(plan_distribution([3, 2], out, inn, 0, [], MB)) == \
+        {3: 0, 2: 0}
+    assert plan_distribution([2], out, inn, 0, [2], MB) == [(0, 2, 0)]
+    # the server among the requests is skipped
+    assert sources(plan_distribution([0, 1], out, inn, 0, [], MB)) == {1: 0}
+
+
+def test_the_last_relay_is_served_first():
+    """Two relays behind a slow server link: the server's copies go to
+    the relays first (the k-th first, section 10.3), the direct group
+    last; priorities follow the list."""
+    out, inn = rates(n=7, out0=1 * MB)
+    hops = plan_distribution([1, 2, 3, 4, 5, 6], out, inn, 0, [1, 4], MB)
+    server = [(dst, prio) for src, dst, prio in hops if src == 0]
+    relays = {s for s, _, _ in hops} - {0}
+    assert relays and relays <= {1, 4}
+    direct = [d for d, _ in server if d not in relays]
+    assert [d for d, _ in server][:len(relays)] == \
+        [d for d, _ in server if d in relays]
+    assert all(prio >= 0 for _, prio in server)
+    assert len(server) == len(relays) + len(direct) < 6
+
+
+def test_refuses_a_distributor_that_did_not_ask():
+    out, inn = rates()
+    with pytest.raises(ValueError, match="among the requests"):
+        plan_distribution([1, 2], out, inn, 0, [3], MB)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_structure_on_random_instances(seed):
+    rng = random.Random(seed)
+    P = rng.randint(2, 12)
+    factors = [1, 2.5, 3.3, 5, 10]
+    out = {r: rng.choice(factors) * MB for r in range(P)}
+    inn = {r: rng.choice(factors) * MB for r in range(P)}
+    server = rng.randrange(P)
+    others = [r for r in range(P) if r != server]
+    requests = rng.sample(others, rng.randint(1, len(others)))
+    relays = rng.sample(requests, rng.randint(0, len(requests)))
+    hops = plan_distribution(requests, out, inn, server, relays,
+                             rng.choice([1e3, MB]), now=3.0)
+    # every requester exactly once; from the server or from a relay that
+    # got its copy from the server earlier in the list
+    assert sorted(d for _, d, _ in hops) == sorted(requests)
+    src = sources(hops)
+    for i, (s, d, _) in enumerate(hops):
+        if s != server:
+            assert s in relays and src[s] == server
+            assert (server, s) in [h[:2] for h in hops[:i]]
+
+
+def test_run_config_checks_distributors():
+    cfg = RunConfig(mode="mlfabric", tau_max=4, duration=1.0,
+                    distributors=2)
+    assert cfg.distributors == 2
+    import numpy as np
+    assert RunConfig(mode="mlfabric-s", duration=1.0,
+                     distributors=np.int64(1)).distributors == 1
+    with pytest.raises(ValueError, match="mode 'mlfabric'"):
+        RunConfig(mode="async", duration=1.0, distributors=1)
+    with pytest.raises(ValueError, match=">= 0"):
+        RunConfig(mode="mlfabric", tau_max=4, duration=1.0, distributors=-1)
+    for bad in (1.5, True, "2"):
+        with pytest.raises(TypeError, match="integer"):
+            RunConfig(mode="mlfabric", tau_max=4, duration=1.0,
+                      distributors=bad)
