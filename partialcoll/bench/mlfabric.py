@@ -27,8 +27,8 @@ the final loss, drops, the largest delay, the scheduler's CPU time per
 batch, for the synchronous schemes the communication time per
 iteration, and for the parameter-server schemes the MB/s leaving the
 server (its model copies) and the copies relays forwarded
-(``--distributors``, section 10.3).  ``--plot F.png``: loss against time per scheme, one panel per
-configuration.  ``--quick``: a CI-size run (a small model, one
+(``--distributors``, section 10.3).  ``--plot F.png``: loss against
+time per scheme, one panel per configuration.  ``--quick``: a CI-size run (a small model, one
 configuration, 2 s per scheme).
 """
 import math
@@ -241,8 +241,8 @@ def run(args, comm=MPI.COMM_WORLD):
          f"(synchronous schemes: {args.sync_lr}), BLAS threads per rank "
          f"{cap or 'as the library starts'}, {args.aggregators} "
          f"aggregators, {args.distributors} distributors; ceiling: the "
-         f"speed-up over "
-         f"ring that stragglers alone allow (straggler_ceiling)", comm)
+         f"speed-up over ring that stragglers alone allow "
+         f"(straggler_ceiling)", comm)
     if args.plot and comm.rank == 0:
         _plot(curves, args.plot)
     return rows

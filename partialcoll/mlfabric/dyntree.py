@@ -241,10 +241,10 @@ def plan_distribution(requests, out_rates, in_rates, server, distributors,
         # [(0, 1, 0), (1, 3, 0), (1, 2, 1)]-like: 1 relays to 2 and 3
     """
     workers = [r for r in dict.fromkeys(requests) if r != server]
-    relays = [d for d in dict.fromkeys(distributors) if d in workers]
-    if len(relays) != len(list(dict.fromkeys(distributors))):
-        raise ValueError(f"distributors {list(distributors)} must be among "
-                         f"the requests {workers}")
+    relays = list(dict.fromkeys(distributors))
+    if not set(relays) <= set(workers):
+        raise ValueError(f"distributors {relays} must be among the "
+                         f"requests {workers}")
     updates = [Update(r, r, float(size), 0, 0.0) for r in workers]
     mirrored = NetworkState(in_rates, out_rates, now)
     pull = aggregate_sync(updates, mirrored, server, relays, now)

@@ -161,6 +161,15 @@ def pull_buffer(params, version):
     return out
 
 
+def freed_if_done(s):
+    """Free a one-shot schedule (a model copy's send) once it is complete;
+    True if it was."""
+    if s.test():
+        s.free()
+        return True
+    return False
+
+
 def send_pull(dcomm, params, version, worker, priority=-1):
     """Post the model to ``worker``; returns the one-shot schedule."""
     s = Schedule(dcomm)

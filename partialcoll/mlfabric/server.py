@@ -24,7 +24,8 @@ from .ordering import Update
 from .program import Op
 from .execute import build
 from .roles import (CTL, Stats, _Applier, _ctl_messages, _Tags,
-                    async_programs, idle, now, plan_programs, send_pull)
+                    async_programs, freed_if_done, idle, now, plan_programs,
+                    send_pull)
 from .dyntree import plan_distribution
 from .scheduler import BatchPlan, Scheduler
 
@@ -71,7 +72,7 @@ class Server:
             self._serve_pulls()
             busy = self.applier.step(IDLE_WAIT)
             self._observe(self.applier.reports)
-            self.pulls = [s for s in self.pulls if not _reaped(s)]
+            self.pulls = [s for s in self.pulls if not freed_if_done(s)]
             t = now()
             if t >= t_eval:
                 self._evaluate(t)
@@ -281,13 +282,6 @@ class Server:
 
 
 IDLE_WAIT = 0.002
-
-
-def _reaped(s):
-    if s.test():
-        s.free()
-        return True
-    return False
 
 
 class Replica:

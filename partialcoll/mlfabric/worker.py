@@ -22,7 +22,8 @@ import numpy as np
 
 from ..schedule import Schedule
 from .execute import build
-from .roles import CTL, PULL_TAG, Stats, _ctl_messages, idle, now
+from .roles import (CTL, PULL_TAG, Stats, _ctl_messages, freed_if_done,
+                    idle, now)
 
 
 #: a relay's forwards leave ahead of its updates' sends (priority offset)
@@ -72,7 +73,7 @@ class Worker:
                 self._message(msg)
             busy = self._advance()
             self._reap()
-            self.forwards = [f for f in self.forwards if not _sent(f)]
+            self.forwards = [f for f in self.forwards if not freed_if_done(f)]
             if self.reports and not self.finishing:
                 self.ctl.send(("report", self.reports), dest=0, tag=CTL)
                 self.reports = []
@@ -193,11 +194,3 @@ class Worker:
         if self.made[what[1]] >= self.copies:
             self.held.pop(what[1])
             self.made.pop(what[1])
-
-
-def _sent(s):
-    """Free a one-shot send schedule once it is complete."""
-    if s.test():
-        s.free()
-        return True
-    return False
