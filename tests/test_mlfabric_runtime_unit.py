@@ -147,3 +147,48 @@ def test_tanh_mlp_descends_and_repeats():
     assert m.loss(w) < l0 - 0.1
     assert np.array_equal(m.gradient(w, 1, 3), m.gradient(w, 1, 3))
     assert not np.array_equal(m.gradient(w, 1, 3), m.gradient(w, 2, 3))
+
+
+class _Gateless:
+    """A stand-in for a built run: ``gates`` commits, none ready yet."""
+
+    def __init__(self, gates=1):
+        from partialcoll import WaitTimeout
+        self.gates = {i: (i, None) for i in range(gates)}
+        self.timeouts = []
+
+        class Sched:
+            def wait_gate(s, timeout):
+                self.timeouts.append(timeout)
+                raise WaitTimeout("not ready")
+        self.schedule = Sched()
+
+    def done(self):
+        return False
+
+
+def test_applier_says_when_its_step_did_not_block():
+    """The server backs off (sleeps) after a pass that applied nothing
+    unless the pass already blocked on a gate: an unordered applier (plain
+    async) polls each run without waiting, and an ordered one whose oldest
+    run has every gate open waits on nothing.  Before, both made the
+    server's loop spin while updates were in flight."""
+    from partialcoll.mlfabric.roles import _Applier
+    ordered = _Applier(lambda buf, members: None)
+    run = _Gateless()
+    ordered.add(run, {})
+    assert ordered.step(0.002) == 0 and ordered.waited
+    assert run.timeouts == [0.002]
+    ordered = _Applier(lambda buf, members: None)
+    sending = _Gateless()                  # gates open, sends in flight
+    ordered.add(sending, {})
+    sending.opened = len(sending.gates)
+    assert ordered.step(0.002) == 0 and not ordered.waited
+    assert not ordered.empty()
+    assert sending.timeouts == []
+    unordered = _Applier(lambda buf, members: None, ordered=False)
+    runs = [_Gateless(), _Gateless()]
+    for r in runs:
+        unordered.add(r, {})
+    assert unordered.step(0.002) == 0 and not unordered.waited
+    assert [r.timeouts for r in runs] == [[0.0], [0.0]]

@@ -97,6 +97,7 @@ class _Applier:
         self.runs, self.apply, self.ordered = collections.deque(), apply, \
             ordered
         self.reports = []
+        self.waited = False     # the last step spent its wait on a gate
 
     def add(self, run, members):
         run.members, run.opened = members, 0
@@ -105,8 +106,11 @@ class _Applier:
 
     def step(self, wait):
         """Apply what is ready (waiting up to ``wait`` seconds on the
-        oldest run); returns the number of commits applied."""
-        done = 0
+        oldest run); returns the number of commits applied.  ``waited``
+        tells whether the step blocked for its wait: when it applied
+        nothing without waiting (unordered, or the oldest run's gates all
+        open while its sends finish), the caller must back off itself."""
+        done, self.waited = 0, False
         for run in list(self.runs) if not self.ordered else \
                 list(self.runs)[:1]:
             done += self._drain(run, wait if self.ordered else 0.0)
@@ -127,6 +131,7 @@ class _Applier:
             try:
                 op, rnd = run.schedule.wait_gate(timeout=wait)
             except WaitTimeout:           # nothing ready yet
+                self.waited = wait > 0
                 return done
             commit, buf = run.gates[op]
             self.apply(buf, run.members.get(commit, []))

@@ -84,7 +84,7 @@ class Server:
                 self._stop()
             if self.stopping and self._drained():
                 break
-            if not busy and self.applier.empty():
+            if not busy and not self.applier.waited:
                 idle()
         self._evaluate(now())
         for r in range(1, self.ctl.size):
@@ -313,6 +313,6 @@ class Replica:
                 self.ctl.send(("report", list(self.applier.reports)), dest=0,
                               tag=CTL)
                 del self.applier.reports[:]
-            if not busy and self.applier.empty():
+            if not busy and not self.applier.waited:
                 idle()
         return self.w
