@@ -203,7 +203,12 @@ static int attach(netem *N, char *err, int errlen)
         N->S = NULL;
         return -1;
     }
-    atomic_fetch_add(&S->attached, 1);
+    /* Once every rank has it mapped the name has done its work: unlink it
+     * now, so that a job that dies (MPI_Abort, a signal) leaves nothing in
+     * /dev/shm.  The mapping lives until each rank's detach. */
+    if (atomic_fetch_add(&S->attached, 1) + 1 == N->P &&
+        atomic_exchange(&S->unlinked, 1) == 0)
+        shm_unlink(N->cfg.shm);
     return 0;
 fail:
     snprintf(err, errlen, "emulated network: setting up %s: %s", N->cfg.shm,
@@ -219,8 +224,9 @@ static void detach(netem *N)
 {
     if (!N->S)
         return;
-    if (atomic_fetch_sub(&N->S->attached, 1) == 1)
-        shm_unlink(N->cfg.shm);
+    if (atomic_fetch_sub(&N->S->attached, 1) == 1 &&
+        atomic_exchange(&N->S->unlinked, 1) == 0)
+        shm_unlink(N->cfg.shm);     /* a rank left before all attached */
     munmap(N->S, N->shm_size);
     N->S = NULL;
 }

@@ -114,6 +114,7 @@ typedef struct {
 typedef struct {
     uint64_t magic;
     _Atomic int ready, attached;
+    _Atomic int unlinked;       /* the name is gone: every rank attached */
     pthread_mutex_t mtx;        /* process-shared */
     int P;
     double t0;                  /* the network's time zero */
