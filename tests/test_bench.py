@@ -1,5 +1,7 @@
 """Smoke tests of the benchmarks (short runs) at the running comm size."""
 import argparse
+import contextlib
+import io
 import json
 import pathlib
 import tempfile
@@ -271,6 +273,23 @@ def test_mlfabric_benchmark_quick():
 
 
 @pytest.mark.max_ranks(4)
+def test_mlfabric_benchmark_one_copy_distribution(capsys):
+    """--distribution one-copy runs and the table's title names it; an
+    unknown shape is refused by the parser."""
+    if MPI.COMM_WORLD.size < 3:
+        pytest.skip("a server and two workers at least")
+    from partialcoll.bench import mlfabric
+    args = args_for(mlfabric, [
+        "--quick", "--duration", "1", "--distributors", "2",
+        "--distribution", "one-copy", "--schemes", "mlfabric-2N"])
+    rows = mlfabric.run(args)
+    if MPI.COMM_WORLD.rank == 0:
+        assert rows[0]["out_MBps"] > 0 and rows[0]["relayed"] >= 0
+        assert "2 distributors (one-copy)" in capsys.readouterr().out
+    with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+        args_for(mlfabric, ["--distribution", "binomial"])
+
+
 def test_mlfabric_benchmark_distributors():
     """--distributors 2: the MLfabric rows report the server's outgoing
     MB/s and the copies relays forwarded; async PS relays nothing (it

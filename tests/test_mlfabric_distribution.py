@@ -3,13 +3,13 @@
 no MPI: who gets the model from whom for given link rates, worked out by
 hand, the refusals, and the structure over random instances (every
 requester exactly once, from the server or from a relay that got it from
-the server first)."""
+the server first); the same for the one-copy tree (:func:`plan_relayed`)."""
 import random
 
 import pytest
 
 from partialcoll.mlfabric.config import RunConfig
-from partialcoll.mlfabric.dyntree import plan_distribution
+from partialcoll.mlfabric.dyntree import plan_distribution, plan_relayed
 
 MB = 1e6
 FAST = 10 * MB
@@ -116,3 +116,67 @@ def test_run_config_checks_distributors():
         with pytest.raises(TypeError, match="integer"):
             RunConfig(mode="mlfabric", tau_max=4, duration=1.0,
                       distributors=bad)
+
+
+def test_one_copy_tree_by_hand():
+    """Equal 10 MB/s links, 1 MB: the server sends to relay 1 (0.1 s);
+    1 passes it to relay 2 (0.2 s); then 3 from 1 (0.3 s, the tie goes to
+    the earlier relay) and 4 from 2, free at 0.2 (0.3 s)."""
+    out, inn = rates(n=5)
+    assert plan_relayed([1, 2, 3, 4], out, inn, 0, [1, 2], MB) == \
+        [(0, 1, 0), (1, 2, 0), (1, 3, 1), (2, 4, 0)]
+
+
+def test_one_copy_tree_takes_the_faster_relay():
+    """Relay 1 sends at 1 MB/s: it passes the copy to relay 2 (done at
+    1.1 s), and 2, at 10 MB/s, serves 3 and 4 (1.2 s and 1.3 s) where 1
+    would take until 2.1 s."""
+    out, inn = rates(n=5, out1=1 * MB)
+    hops = plan_relayed([1, 2, 3, 4], out, inn, 0, [1, 2], MB)
+    assert hops == [(0, 1, 0), (1, 2, 0), (2, 3, 0), (2, 4, 1)]
+
+
+def test_one_copy_tree_without_relays_and_refusals():
+    out, inn = rates()
+    assert plan_relayed([3, 0, 2], out, inn, 0, [], MB) == \
+        [(0, 3, 0), (0, 2, 1)]
+    with pytest.raises(ValueError, match="among the requests"):
+        plan_relayed([1, 2], out, inn, 0, [3], MB)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_one_copy_structure_on_random_instances(seed):
+    """Every requester once; the server sends exactly one copy when there
+    are relays; every other copy comes from a relay that has its own
+    already (earlier in the list); a sender's priorities count up."""
+    rng = random.Random(seed)
+    P = rng.randint(2, 12)
+    factors = [1, 2.5, 3.3, 5, 10]
+    out = {r: rng.choice(factors) * MB for r in range(P)}
+    inn = {r: rng.choice(factors) * MB for r in range(P)}
+    server = rng.randrange(P)
+    others = [r for r in range(P) if r != server]
+    requests = rng.sample(others, rng.randint(1, len(others)))
+    relays = rng.sample(requests, rng.randint(0, len(requests)))
+    hops = plan_relayed(requests, out, inn, server, relays, MB, now=3.0)
+    assert sorted(d for _, d, _ in hops) == sorted(requests)
+    from_server = [d for s, d, _ in hops if s == server]
+    assert len(from_server) == (1 if relays else len(requests))
+    got = set()
+    prios = {}
+    for s, d, prio in hops:
+        assert s == server or (s in relays and s in got)
+        assert prio == prios.get(s, -1) + 1
+        prios[s] = prio
+        got.add(d)
+
+
+def test_run_config_checks_distribution():
+    cfg = RunConfig(mode="mlfabric", tau_max=4, duration=1.0,
+                    distributors=2, distribution="one-copy")
+    assert cfg.distribution == "one-copy"
+    assert RunConfig(mode="mlfabric", tau_max=4,
+                     duration=1.0).distribution == "algorithm3"
+    with pytest.raises(ValueError, match="distribution must be one of"):
+        RunConfig(mode="mlfabric", tau_max=4, duration=1.0,
+                  distribution="binomial")

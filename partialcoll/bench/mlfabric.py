@@ -88,6 +88,11 @@ def add_args(p):
                    help="relays of the model's distribution tree for the "
                    "MLfabric schemes' pulls (section 10.3; 0: the server "
                    "sends every copy itself, as plain async PS does)")
+    p.add_argument("--distribution", choices=("algorithm3", "one-copy"),
+                   default="algorithm3",
+                   help="the distribution tree's shape: Algorithm 3's "
+                   "(section 10.3) or 'one-copy' (the server sends one copy "
+                   "per batch, the distributors pass it on)")
     p.add_argument("--lr", type=float, default=5.0)
     p.add_argument("--momentum", type=float, default=0.5)
     p.add_argument("--sync-lr", choices=("scaled", "same"), default="scaled",
@@ -154,6 +159,7 @@ def _one(args, scheme, stragglers, seed, comm):
         mode = scheme
     if mode != "async":
         kw["distributors"] = args.distributors
+        kw["distribution"] = args.distribution
     res = train(model, opt, comm, mode=mode, **kw)
     return {"losses": res.losses, "drops": res.updates["dropped"],
             "max_delay": res.invariants["max_delay"],
@@ -240,7 +246,9 @@ def run(args, comm=MPI.COMM_WORLD):
          f"{args.compute} s, {args.duration} s per scheme, lr {args.lr:g} "
          f"(synchronous schemes: {args.sync_lr}), BLAS threads per rank "
          f"{cap or 'as the library starts'}, {args.aggregators} "
-         f"aggregators, {args.distributors} distributors; ceiling: the "
+         f"aggregators, {args.distributors} distributors"
+         f"{' (one-copy)' if args.distribution == 'one-copy' else ''}; "
+         f"ceiling: the "
          f"speed-up over ring that stragglers alone allow "
          f"(straggler_ceiling)", comm)
     if args.plot and comm.rank == 0:

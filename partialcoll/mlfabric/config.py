@@ -3,6 +3,7 @@ import math
 import operator
 
 MODES = ("mlfabric", "async", "mlfabric-s")
+DISTRIBUTIONS = ("algorithm3", "one-copy")
 
 
 class RunConfig:
@@ -13,7 +14,8 @@ class RunConfig:
                  batch_interval=0.1, compute_time=0.1, stragglers=(0.0, 1.0),
                  monitor_lag=0.2, monitor_window=0.5, initial_rate=1e8,
                  duration=None, max_updates=None, target_loss=None,
-                 eval_every=0.1, seed=0, distributors=0):
+                 eval_every=0.1, seed=0, distributors=0,
+                 distribution="algorithm3"):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if duration is None and max_updates is None:
@@ -27,6 +29,9 @@ class RunConfig:
             raise ValueError("distributors need mode 'mlfabric' or "
                              "'mlfabric-s' (a plain asynchronous PS answers "
                              "every pull itself)")
+        if distribution not in DISTRIBUTIONS:
+            raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, "
+                             f"got {distribution!r}")
         r, s = stragglers
         if not 0 <= r <= 1 or s < 1:
             raise ValueError("stragglers=(r, s): 0 <= r <= 1, s >= 1")
@@ -43,6 +48,7 @@ class RunConfig:
         self.duration, self.max_updates = duration, max_updates
         self.target_loss, self.eval_every = target_loss, eval_every
         self.seed, self.distributors = seed, distributors
+        self.distribution = distribution
 
     def __repr__(self):
         return f"RunConfig({self.__dict__!r})"

@@ -258,3 +258,55 @@ def _first_byte(transfer):
     if transfer.src == transfer.dst:
         return None
     return transfer.points[0] if transfer.points else transfer.start
+
+
+def plan_relayed(requests, out_rates, in_rates, server, distributors, size,
+                 now=0.0):
+    """Model distribution that spends the least of the server's outgoing
+    link (our choice, beyond section 10.3): the server sends *one* copy
+    per batch, to the first distributor; the distributors pass it on.
+
+    Algorithm 3's distribution (:func:`plan_distribution`) is a two-level
+    tree: the server sends to each distributor and to the direct group,
+    so with small batches it still sends most copies itself.  When the
+    server's link is the bottleneck, every copy it does not send is time
+    it has for the next batch.  Here the distributors are served first,
+    in the order given (fastest outgoing link first, as the caller ranks
+    them), then the others in the order they asked; each copy comes from
+    the holder that would finish it first: a distributor that already has
+    the copy, sending one copy at a time at ``min(its out rate, the
+    receiver's in rate)``, ties to the earlier distributor.  Without
+    distributors every copy comes from the server.
+
+    Args and return value as :func:`plan_distribution`.
+
+    Example::
+
+        plan_relayed([1, 2, 3, 4], {r: 1e7 for r in range(5)},
+                     {r: 1e7 for r in range(5)}, 0, [1, 2], 1e6)
+        # [(0, 1, 0), (1, 2, 0), (1, 3, 1), (2, 4, 0)]
+    """
+    workers = [r for r in dict.fromkeys(requests) if r != server]
+    relays = list(dict.fromkeys(distributors))
+    if not set(relays) <= set(workers):
+        raise ValueError(f"distributors {relays} must be among the "
+                         f"requests {workers}")
+    if not relays:
+        return [(server, w, i) for i, w in enumerate(workers)]
+
+    def secs(src, dst):
+        return size / max(min(out_rates[src], in_rates[dst]), 1e-9)
+
+    first = relays[0]
+    free = {first: now + secs(server, first)}   # holder -> its link free
+    sent = {first: 0}
+    hops = [(server, first, 0)]
+    for dst in relays[1:] + [w for w in workers if w not in relays]:
+        src = min(free, key=lambda h: (free[h] + secs(h, dst),
+                                       relays.index(h)))
+        t = free[src] + secs(src, dst)
+        hops.append((src, dst, sent[src]))
+        free[src], sent[src] = t, sent[src] + 1
+        if dst in relays:
+            free[dst], sent[dst] = t, 0
+    return hops

@@ -26,7 +26,7 @@ from .execute import build
 from .roles import (CTL, Stats, _Applier, _ctl_messages, _Tags,
                     async_programs, freed_if_done, idle, now, plan_programs,
                     send_pull)
-from .dyntree import plan_distribution
+from .dyntree import plan_distribution, plan_relayed
 from .scheduler import BatchPlan, Scheduler
 
 
@@ -184,8 +184,10 @@ class Server:
         out, inn = self.sched.monitor.rates(t)
         k = min(self.cfg.distributors, len(waiting) - 1)
         relays = sorted(waiting, key=lambda w: -out[w])[:k]
-        hops = plan_distribution(waiting, out, inn, self.roles.server,
-                                 relays, float(self.w.nbytes + 16), t)
+        plan = plan_relayed if self.cfg.distribution == "one-copy" else \
+            plan_distribution
+        hops = plan(waiting, out, inn, self.roles.server, relays,
+                    float(self.w.nbytes + 16), t)
         source, forward = {}, {w: [] for w in waiting}
         for i, (src, dst, prio) in enumerate(hops):
             source[dst] = src

@@ -72,6 +72,12 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
             over a distribution tree (Algorithm 3 on the mirrored links),
             its relays the requesters with the fastest outgoing links the
             monitor reports.  0 (default): the server sends every copy.
+        distribution: the tree's shape, with ``distributors``:
+            "algorithm3" (default, section 10.3: the server sends to each
+            relay and to a direct group) or "one-copy" (ours: the server
+            sends one copy per batch and the relays pass it on, for when
+            its outgoing link is the bottleneck; see
+            :func:`.dyntree.plan_relayed`).
         replica, replica_aggregators, div_max: the replica (5.3).
         batch_interval: seconds between batches (0.1, the paper's).
         compute_time: seconds of emulated compute per step (a DELAY op).
