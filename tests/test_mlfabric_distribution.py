@@ -180,3 +180,6 @@ def test_run_config_checks_distribution():
     with pytest.raises(ValueError, match="distribution must be one of"):
         RunConfig(mode="mlfabric", tau_max=4, duration=1.0,
                   distribution="binomial")
+    with pytest.raises(ValueError, match="needs distributors"):
+        RunConfig(mode="mlfabric", tau_max=4, duration=1.0,
+                  distribution="one-copy")

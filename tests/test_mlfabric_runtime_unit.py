@@ -150,17 +150,23 @@ def test_tanh_mlp_descends_and_repeats():
 
 
 class _Gateless:
-    """A stand-in for a built run: ``gates`` commits, none ready yet."""
+    """A stand-in for a built run: ``gates`` commits, the first ``ready``
+    of them ready (in order), the others not yet."""
 
-    def __init__(self, gates=1):
+    def __init__(self, gates=1, ready=0):
         from partialcoll import WaitTimeout
         self.gates = {i: (i, None) for i in range(gates)}
-        self.timeouts = []
+        self.timeouts, self.ready = [], list(range(ready))
 
         class Sched:
             def wait_gate(s, timeout):
                 self.timeouts.append(timeout)
-                raise WaitTimeout("not ready")
+                if not self.ready:
+                    raise WaitTimeout("not ready")
+                return self.ready.pop(0), 0
+
+            def open_gate(s, op, rnd):
+                pass
         self.schedule = Sched()
 
     def done(self):
@@ -192,3 +198,23 @@ def test_applier_says_when_its_step_did_not_block():
         unordered.add(r, {})
     assert unordered.step(0.002) == 0 and not unordered.waited
     assert [r.timeouts for r in runs] == [[0.0], [0.0]]
+
+
+def test_ordered_applier_passes_a_run_whose_sends_are_leaving():
+    """Plan order across runs: the second run's commits wait for the
+    first run's gates, not for its sends; the third run's wait for the
+    second's closed gate."""
+    from partialcoll.mlfabric.roles import _Applier
+    applied = []
+    ordered = _Applier(lambda buf, members: applied.append(members))
+    first, second, third = _Gateless(1, 1), _Gateless(2, 1), _Gateless(1, 1)
+    for i, run in enumerate((first, second, third)):
+        ordered.add(run, {c: [(i, c)] for c in range(len(run.gates))})
+    assert ordered.step(0.002) == 2 and not ordered.waited
+    assert applied == [[(0, 0)], [(1, 0)]]        # third waits for second
+    assert first.timeouts == [0.002] and second.timeouts == [0.0, 0.0]
+    assert third.timeouts == []
+    second.ready.append(1)
+    assert ordered.step(0.002) == 2
+    assert applied[2:] == [[(1, 1)], [(2, 0)]]
+    assert len(ordered.runs) == 3                 # none done: all kept

@@ -227,6 +227,9 @@ def run(args, comm=MPI.COMM_WORLD):
     if unknown:
         raise SystemExit(f"mlfabric: unknown schemes {sorted(unknown)}; "
                          f"known: {', '.join(SCHEMES + OPTIONAL)}")
+    if args.distribution == "one-copy" and args.distributors < 1:
+        raise SystemExit("mlfabric: --distribution one-copy needs "
+                         "--distributors >= 1")
     if comm.size < 3:
         raise SystemExit("mlfabric: run under mpiexec with >= 3 ranks "
                          "(a server and two workers; the paper's: about 8)")

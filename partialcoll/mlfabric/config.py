@@ -32,6 +32,9 @@ class RunConfig:
         if distribution not in DISTRIBUTIONS:
             raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, "
                              f"got {distribution!r}")
+        if distribution == "one-copy" and not distributors:
+            raise ValueError("distribution 'one-copy' needs distributors "
+                             ">= 1 (the relays that pass the copy on)")
         r, s = stragglers
         if not 0 <= r <= 1 or s < 1:
             raise ValueError("stragglers=(r, s): 0 <= r <= 1, s >= 1")

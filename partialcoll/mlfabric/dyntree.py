@@ -44,6 +44,10 @@ Where the paper is silent, our choices (README, MLfabric section):
 * *Rates*: only the monitor's lagged view; each iteration is planned on a
   fresh network state (the iteration is synchronous: nothing of the last
   one is still in flight when every update is ready).
+
+The parameter server's pulls use the same get (:func:`plan_distribution`)
+or, with ``distribution="one-copy"``, :func:`plan_relayed`: one copy out
+of the server per batch, passed on by the relays.
 """
 from .aggregation import aggregate_sync
 from .links import NetworkState

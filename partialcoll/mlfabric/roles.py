@@ -105,15 +105,26 @@ class _Applier:
             self.runs.append(run)
 
     def step(self, wait):
-        """Apply what is ready (waiting up to ``wait`` seconds on the
-        oldest run); returns the number of commits applied.  ``waited``
-        tells whether the step blocked for its wait: when it applied
-        nothing without waiting (unordered, or the oldest run's gates all
-        open while its sends finish), the caller must back off itself."""
+        """Apply what is ready; returns the number of commits applied.
+
+        Ordered: the runs' gates in plan order.  A run whose gates are all
+        open (its sends may still be leaving) is passed over, so the next
+        run's commits need not wait for them; the first run with a closed
+        gate is waited on, up to ``wait`` seconds when nothing was applied
+        yet.  ``waited`` tells whether the step blocked for its wait: when
+        it applied nothing without waiting (unordered, or every run's
+        gates open while sends finish), the caller must back off itself."""
         done, self.waited = 0, False
-        for run in list(self.runs) if not self.ordered else \
-                list(self.runs)[:1]:
-            done += self._drain(run, wait if self.ordered else 0.0)
+        if self.ordered:
+            for run in list(self.runs):
+                if run.opened == len(run.gates):
+                    continue
+                done += self._drain(run, 0.0 if done else wait)
+                if run.opened < len(run.gates):
+                    break                       # later runs come after it
+        else:
+            for run in list(self.runs):
+                done += self._drain(run, 0.0)
         while self.runs and self.runs[0].opened == len(self.runs[0].gates) \
                 and self.runs[0].done():
             self._retire(self.runs.popleft())
