@@ -25,6 +25,21 @@ def rates(n=4, **slow):
     return out, inn
 
 
+def random_instance(seed):
+    """2 to 12 ranks with NICs drawn from the paper's factors x 1 MB/s, a
+    server, some requesters and some of them as relays."""
+    rng = random.Random(seed)
+    P = rng.randint(2, 12)
+    factors = [1, 2.5, 3.3, 5, 10]
+    out = {r: rng.choice(factors) * MB for r in range(P)}
+    inn = {r: rng.choice(factors) * MB for r in range(P)}
+    server = rng.randrange(P)
+    others = [r for r in range(P) if r != server]
+    requests = rng.sample(others, rng.randint(1, len(others)))
+    relays = rng.sample(requests, rng.randint(0, len(requests)))
+    return rng, out, inn, server, requests, relays
+
+
 def sources(hops):
     return {dst: src for src, dst, _ in hops}
 
@@ -80,15 +95,7 @@ def test_refuses_a_distributor_that_did_not_ask():
 
 @pytest.mark.parametrize("seed", range(30))
 def test_structure_on_random_instances(seed):
-    rng = random.Random(seed)
-    P = rng.randint(2, 12)
-    factors = [1, 2.5, 3.3, 5, 10]
-    out = {r: rng.choice(factors) * MB for r in range(P)}
-    inn = {r: rng.choice(factors) * MB for r in range(P)}
-    server = rng.randrange(P)
-    others = [r for r in range(P) if r != server]
-    requests = rng.sample(others, rng.randint(1, len(others)))
-    relays = rng.sample(requests, rng.randint(0, len(requests)))
+    rng, out, inn, server, requests, relays = random_instance(seed)
     hops = plan_distribution(requests, out, inn, server, relays,
                              rng.choice([1e3, MB]), now=3.0)
     # every requester exactly once; from the server or from a relay that
@@ -149,15 +156,7 @@ def test_one_copy_structure_on_random_instances(seed):
     """Every requester once; the server sends exactly one copy when there
     are relays; every other copy comes from a relay that has its own
     already (earlier in the list); a sender's priorities count up."""
-    rng = random.Random(seed)
-    P = rng.randint(2, 12)
-    factors = [1, 2.5, 3.3, 5, 10]
-    out = {r: rng.choice(factors) * MB for r in range(P)}
-    inn = {r: rng.choice(factors) * MB for r in range(P)}
-    server = rng.randrange(P)
-    others = [r for r in range(P) if r != server]
-    requests = rng.sample(others, rng.randint(1, len(others)))
-    relays = rng.sample(requests, rng.randint(0, len(requests)))
+    rng, out, inn, server, requests, relays = random_instance(seed)
     hops = plan_relayed(requests, out, inn, server, relays, MB, now=3.0)
     assert sorted(d for _, d, _ in hops) == sorted(requests)
     from_server = [d for s, d, _ in hops if s == server]
