@@ -28,8 +28,8 @@ batch, for the synchronous schemes the communication time per
 iteration, and for the parameter-server schemes the MB/s leaving the
 server (its model copies) and the copies relays forwarded
 (``--distributors``, section 10.3).  ``--plot F.png``: loss against
-time per scheme, one panel per configuration.  ``--quick``: a CI-size run (a small model, one
-configuration, 2 s per scheme).
+time per scheme, one panel per configuration.  ``--quick``: a CI-size
+run (a small model, one configuration, 2 s per scheme).
 """
 import math
 import sys
@@ -251,8 +251,7 @@ def run(args, comm=MPI.COMM_WORLD):
          f"{cap or 'as the library starts'}, {args.aggregators} "
          f"aggregators, {args.distributors} distributors"
          f"{' (one-copy)' if args.distribution == 'one-copy' else ''}; "
-         f"ceiling: the "
-         f"speed-up over ring that stragglers alone allow "
+         f"ceiling: the speed-up over ring that stragglers alone allow "
          f"(straggler_ceiling)", comm)
     if args.plot and comm.rank == 0:
         _plot(curves, args.plot)

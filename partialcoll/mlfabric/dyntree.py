@@ -214,6 +214,17 @@ def _pull_hops(pull, root, hops, into_root):
                          priority=j)
 
 
+def _requesters(requests, server, distributors):
+    """A batch's requesters (in order, once each, the server skipped) and
+    its relays, which must be among them."""
+    workers = [r for r in dict.fromkeys(requests) if r != server]
+    relays = list(dict.fromkeys(distributors))
+    if not set(relays) <= set(workers):
+        raise ValueError(f"distributors {relays} must be among the "
+                         f"requests {workers}")
+    return workers, relays
+
+
 def plan_distribution(requests, out_rates, in_rates, server, distributors,
                       size, now=0.0):
     """Section 10.3's model distribution for one batch of pulls: who gets
@@ -244,11 +255,7 @@ def plan_distribution(requests, out_rates, in_rates, server, distributors,
                           {r: 1e7 for r in range(4)}, 0, [1], 1e6)
         # [(0, 1, 0), (1, 3, 0), (1, 2, 1)]-like: 1 relays to 2 and 3
     """
-    workers = [r for r in dict.fromkeys(requests) if r != server]
-    relays = list(dict.fromkeys(distributors))
-    if not set(relays) <= set(workers):
-        raise ValueError(f"distributors {relays} must be among the "
-                         f"requests {workers}")
+    workers, relays = _requesters(requests, server, distributors)
     updates = [Update(r, r, float(size), 0, 0.0) for r in workers]
     mirrored = NetworkState(in_rates, out_rates, now)
     pull = aggregate_sync(updates, mirrored, server, relays, now)
@@ -290,11 +297,7 @@ def plan_relayed(requests, out_rates, in_rates, server, distributors, size,
                      {r: 1e7 for r in range(5)}, 0, [1, 2], 1e6)
         # [(0, 1, 0), (1, 2, 0), (1, 3, 1), (2, 4, 0)]
     """
-    workers = [r for r in dict.fromkeys(requests) if r != server]
-    relays = list(dict.fromkeys(distributors))
-    if not set(relays) <= set(workers):
-        raise ValueError(f"distributors {relays} must be among the "
-                         f"requests {workers}")
+    workers, relays = _requesters(requests, server, distributors)
     if not relays:
         return [(server, w, i) for i, w in enumerate(workers)]
 
