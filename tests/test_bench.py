@@ -272,6 +272,32 @@ def test_mlfabric_benchmark_quick():
         assert all(r["final_loss"] > 0 for r in rows)
 
 
+def test_mlfabric_benchmark_server_nic_fixed():
+    """--server-nic fixed: the server's NICs keep 10 x the base rate at
+    every redraw, while the workers' follow the trace (N3: half of the
+    draws at 1 x); 'varied' draws the server's too."""
+    import partialcoll as pc
+    from partialcoll.bench import mlfabric
+    P = MPI.COMM_WORLD.size
+    seen = {}
+    for mode in ("fixed", "varied"):
+        args = args_for(mlfabric, ["--server-nic", mode, "--every", "1",
+                                   "--base-rate", "1e6"])
+        pc.network.enable(mlfabric._network(args, "N3", 0))
+        try:
+            _, t0 = pc.network.nic_rate(0)
+            times = [t0 + k + 0.5 for k in range(40)]
+            seen[mode] = {(r, nic): {pc.network.nic_rate(r, nic, t)[0]
+                                     for t in times}
+                          for r in range(P) for nic in ("out", "in")}
+        finally:
+            pc.network.disable()
+    assert seen["fixed"][(0, "out")] == seen["fixed"][(0, "in")] == {1e7}
+    assert seen["varied"][(0, "out")] == {1e6, 1e7}   # 40 draws of N3
+    for r in range(1, P):
+        assert seen["fixed"][(r, "in")] == {1e6, 1e7}, (r, seen)
+
+
 @pytest.mark.max_ranks(4)
 def test_mlfabric_benchmark_one_copy_distribution(capsys):
     """--distribution one-copy runs and the table's title names it; an

@@ -5,7 +5,8 @@ the others workers; the synchronous baselines run over the same workers.
 For every straggler configuration (C1 = 10 % of steps 2x slower, C2 = 10 %
 4x, C3 = 4 % 2x), link distribution (every NIC's rate redrawn every
 ``--every`` seconds from {1, 2.5, 3.3, 5, 10} x ``--base-rate`` with
-N1 = (0, 0, 0, .1, .9), N2 = (0, .1, .1, .1, .7), N3 = (.5, 0, 0, 0, .5))
+N1 = (0, 0, 0, .1, .9), N2 = (0, .1, .1, .1, .7), N3 = (.5, 0, 0, 0, .5);
+``--server-nic fixed`` keeps the server's NICs at 10 x the base rate)
 and seed, with the same network seed (the same traces) and straggler seed
 for every scheme: MLfabric with tau_max = N and 2N (N workers), plain
 asynchronous PS, ring allreduce, binary-tree allreduce and MLfabric-S
@@ -78,6 +79,12 @@ def add_args(p):
                    help="bytes/s; NICs run at 1..10x this")
     p.add_argument("--every", type=float, default=2.0,
                    help="seconds between rate redraws")
+    p.add_argument("--server-nic", choices=("varied", "fixed"),
+                   default="varied",
+                   help="'varied' (default): the server's NICs follow the "
+                   "rate trace as every worker's do; 'fixed': they keep "
+                   "the top rate (10 x base), the paper's dedicated "
+                   "server machine")
     p.add_argument("--compute", type=float, default=0.1,
                    help="seconds of emulated compute per step")
     p.add_argument("--interval", type=float, default=0.1,
@@ -120,12 +127,28 @@ def _quick(args):
 
 
 def _network(args, name, seed):
-    return {"seed": 1000 + seed, "default": {
+    """The emulated network of one configuration.  ``--server-nic
+    varied``: every NIC's rate follows the trace.  ``fixed``: the server's
+    (rank 0's) NICs keep the top rate, max(FACTORS) x the base rate, and
+    only the workers' NICs follow it (the paper's section 7: the server
+    sits on "a dedicated machine with 10 Gbps bandwidth", the top of its
+    rate set, while background traffic is emulated on the workers'
+    hosts)."""
+    net = {"seed": 1000 + seed, "default": {
         "out_rate": args.base_rate, "in_rate": args.base_rate,
         "latency": "0.5 ms"},
         "trace": [{"ranks": "all", "nic": "both", "every": args.every,
                    "factors": FACTORS,
                    "probabilities": NETWORKS[name]}]}
+    if args.server_nic == "fixed":
+        top = max(FACTORS) * args.base_rate
+        net["rank"] = {"0": {"out_rate": top, "in_rate": top}}
+        workers = list(range(1, MPI.COMM_WORLD.size))
+        if workers:
+            net["trace"][0]["ranks"] = workers
+        else:
+            del net["trace"]
+    return net
 
 
 def _one(args, scheme, stragglers, seed, comm):
@@ -242,14 +265,16 @@ def run(args, comm=MPI.COMM_WORLD):
                     curves[(cname, nname, seed)] = got
                     rows.extend(_rows(args, cname, nname, seed, got,
                                       comm.size - 1))
+    server = " (the server's NICs fixed at the top rate)" \
+        if args.server_nic == "fixed" else ""
     emit(rows, list(rows[0]) if rows else [], args,
          f"MLfabric comparison: P = {comm.size} ({comm.size - 1} workers), "
          f"{args.model}, {_update_bytes(args)} B updates, base rate "
-         f"{args.base_rate:g} B/s redrawn every {args.every} s, compute "
-         f"{args.compute} s, {args.duration} s per scheme, lr {args.lr:g} "
-         f"(synchronous schemes: {args.sync_lr}), BLAS threads per rank "
-         f"{cap or 'as the library starts'}, {args.aggregators} "
-         f"aggregators, {args.distributors} distributors"
+         f"{args.base_rate:g} B/s redrawn every {args.every} s{server}, "
+         f"compute {args.compute} s, {args.duration} s per scheme, "
+         f"lr {args.lr:g} (synchronous schemes: {args.sync_lr}), BLAS "
+         f"threads per rank {cap or 'as the library starts'}, "
+         f"{args.aggregators} aggregators, {args.distributors} distributors"
          f"{' (one-copy)' if args.distribution == 'one-copy' else ''}; "
          f"ceiling: the speed-up over ring that stragglers alone allow "
          f"(straggler_ceiling)", comm)
