@@ -29,9 +29,11 @@ batch, for the synchronous schemes the communication time per
 iteration, and for the parameter-server schemes the MB/s leaving the
 server (its model copies) and the copies relays forwarded
 (``--distributors``, section 10.3).  ``--plot F.png``: loss against
-time per scheme, one panel per configuration.  ``--quick``: a CI-size
+time per scheme, one panel per configuration; ``--curves F.json``: the
+same curves as numbers.  ``--quick``: a CI-size
 run (a small model, one configuration, 2 s per scheme).
 """
+import json
 import math
 import sys
 
@@ -117,6 +119,10 @@ def add_args(p):
     p.add_argument("--plot")
     p.add_argument("--csv")
     p.add_argument("--json")
+    p.add_argument("--curves",
+                   help="write every scheme's loss curve (seconds, updates "
+                   "applied, loss) to this JSON file, to read times to "
+                   "other targets after the run")
 
 
 def _quick(args):
@@ -280,7 +286,18 @@ def run(args, comm=MPI.COMM_WORLD):
          f"(straggler_ceiling)", comm)
     if args.plot and comm.rank == 0:
         _plot(curves, args.plot)
+    if args.curves and comm.rank == 0:
+        _save_curves(curves, args.curves)
     return rows
+
+
+def _save_curves(curves, path):
+    """{"C2-N1 seed 0": {scheme: [[seconds, applied, loss], ...]}}."""
+    out = {f"{c}-{net} seed {seed}": {scheme: [list(p) for p in r["losses"]]
+                                     for scheme, r in got.items()}
+           for (c, net, seed), got in curves.items()}
+    with open(path, "w") as f:
+        json.dump(out, f)
 
 
 def _configuration(args, cname, nname, seed, comm):
