@@ -7,7 +7,7 @@ import os
 import pytest
 
 ABORT_AFTER_ENABLE = """
-import json, os, sys
+import json, os
 import numpy as np
 from mpi4py import MPI
 import partialcoll as pc
@@ -24,7 +24,7 @@ if comm.rank == 0:
     with open(os.environ["PC_SEGMENTS_OUT"], "w") as f:
         json.dump({"key": prefix, "named": sum(a for a, _ in seen),
                    "sums": sorted({b for _, b in seen})}, f)
-if comm.rank == 0 and sys.argv[-1] == "abort":
+if comm.rank == 0 and os.environ["PC_SEGMENTS_END"] == "abort":
     comm.Abort(3)                        # no detach runs anywhere
 pc.network.disable()
 print("ok", flush=True)
@@ -39,11 +39,10 @@ def _segments(prefix):
 @pytest.mark.parametrize("n", [1, 3])
 @pytest.mark.parametrize("end", ["abort", "clean"])
 def test_no_segment_outlives_the_job(mpi_script, tmp_path, n, end):
-    code = ABORT_AFTER_ENABLE.replace('sys.argv[-1] == "abort"',
-                                      repr(end == "abort"))
     report = tmp_path / "segments.json"
-    rc, out, err, _ = mpi_script(code, n=n, timeout=60,
-                                 env={"PC_SEGMENTS_OUT": str(report)})
+    rc, out, err, _ = mpi_script(ABORT_AFTER_ENABLE, n=n, timeout=60,
+                                 env={"PC_SEGMENTS_OUT": str(report),
+                                      "PC_SEGMENTS_END": end})
     assert report.exists(), out + err[-2000:]
     seen = json.loads(report.read_text())
     assert seen["named"] == 0, seen          # gone while the job runs
