@@ -133,6 +133,69 @@ def test_mlfabric_straggler_ceiling_by_hand():
             straggler_ceiling(*bad)
 
 
+def test_mlfabric_targets_by_hand():
+    """Targets: per configuration, the highest of its schemes' lowest
+    losses (C2-N1 seed 0: a reaches 0.2, b 0.5, so 0.5; C2-N3 seed 0: 0.9;
+    C2-N1 seed 1: 0.3); --common-target: the highest over every
+    configuration of the same seed (0.9 for both of seed 0's, 0.3 for seed
+    1's alone); --target-loss: that loss everywhere.  Both flags at once
+    are refused before anything runs."""
+    from partialcoll.bench.mlfabric import targets
+
+    def curve(*losses):
+        return {"losses": [(float(i), i, x) for i, x in enumerate(losses)]}
+    curves = {("C2", "N1", 0): {"a": curve(1.0, 0.2), "b": curve(0.8, 0.5)},
+              ("C2", "N3", 0): {"a": curve(1.0, 0.9), "b": curve(0.4, 2.0)},
+              ("C2", "N1", 1): {"a": curve(0.3), "b": curve(0.1)}}
+    assert targets(curves) == {("C2", "N1", 0): 0.5, ("C2", "N3", 0): 0.9,
+                               ("C2", "N1", 1): 0.3}
+    assert targets(curves, common=True) == {
+        ("C2", "N1", 0): 0.9, ("C2", "N3", 0): 0.9, ("C2", "N1", 1): 0.3}
+    assert set(targets(curves, fixed=0.25).values()) == {0.25}
+    assert targets(curves, fixed=0.25, common=True) == targets(curves, 0.25)
+    from partialcoll.bench import mlfabric
+    with pytest.raises(SystemExit, match="not both"):
+        mlfabric.run(args_for(mlfabric, ["--common-target",
+                                         "--target-loss", "0.1"]))
+
+
+def test_mlfabric_retarget_script(tmp_path, capsys):
+    """bench/mlfabric_retarget.py puts runs saved in two files on one
+    target: C2-N1 (ring reaches 0.5 at 4 s, mlfabric-2N at 2 s) and C2-N3
+    (ring 0.6 at 6 s, mlfabric-2N 0.6 at 2 s).  Per configuration the
+    targets are 0.5 and 0.6 (2.00x and 3.00x); --common takes 0.6 for both
+    (ring reaches it at 4 s in C2-N1: 2.00x).  A configuration in two
+    files is refused."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "mlfabric_retarget", pathlib.Path(__file__).resolve().parent.parent
+        / "bench" / "mlfabric_retarget.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    n1 = {"C2-N1 seed 0": {"ring": [[0, 0, 2.0], [4, 9, 0.5]],
+                           "mlfabric-2N": [[0, 0, 2.0], [2, 9, 0.4]]}}
+    n3 = {"C2-N3 seed 0": {"ring": [[0, 0, 2.0], [6, 9, 0.6]],
+                           "mlfabric-2N": [[0, 0, 2.0], [2, 9, 0.6]]}}
+    paths = []
+    for i, got in enumerate((n1, n3)):
+        paths.append(tmp_path / f"c{i}.json")
+        paths[-1].write_text(json.dumps(got))
+    files = [str(x) for x in paths]
+    script.main(files)
+    out = capsys.readouterr().out
+    assert "C2-N1 seed 0: target 0.5000" in out
+    assert "C2-N1: mlfabric-2N over ring, median 2.00" in out
+    assert "C2-N3: mlfabric-2N over ring, median 3.00" in out
+    script.main(["--common"] + files)
+    out = capsys.readouterr().out
+    assert "C2-N1 seed 0: target 0.6000" in out
+    assert "ring 4.0 s (1.00x)  mlfabric-2N 2.0 s (2.00x)" in out
+    script.main(["--configs", "C2-N3"] + files)
+    assert "C2-N1" not in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="in two files"):
+        script.main([files[0], files[0]])
+
+
 def test_blas_threads_argument_and_cap():
     """--blas-threads: 'auto' (default), 0 (leave BLAS alone) or a count;
     anything else is argparse's error.  A count caps this process's BLAS
