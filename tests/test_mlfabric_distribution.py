@@ -9,7 +9,8 @@ import random
 import pytest
 
 from partialcoll.mlfabric.config import RunConfig
-from partialcoll.mlfabric.dyntree import plan_distribution, plan_relayed
+from partialcoll.mlfabric.dyntree import (choose_relays, plan_distribution,
+                                          plan_relayed)
 
 MB = 1e6
 FAST = 10 * MB
@@ -17,7 +18,7 @@ FAST = 10 * MB
 
 def rates(n=4, **slow):
     """NICs of ranks 0..n-1 at 10 MB/s but those named ("out0": 1e6 is
-    rank 0's outgoing NIC at 1 MB/s)."""
+    rank 0's outgoing NIC at 1 MB/s, "inn1" rank 1's incoming)."""
     out = {r: FAST for r in range(n)}
     inn = {r: FAST for r in range(n)}
     for name, rate in slow.items():
@@ -149,6 +150,25 @@ def test_one_copy_tree_without_relays_and_refusals():
         [(0, 3, 0), (0, 2, 1)]
     with pytest.raises(ValueError, match="among the requests"):
         plan_relayed([1, 2], out, inn, 0, [3], MB)
+
+
+def test_choose_relays_by_hand():
+    """Relays are ranked by their slower link: 1 sends at 10 MB/s but
+    receives at 1 MB/s (slower link 1), 2 has 5/5 (5), 3 and 4 10/10
+    (10).  k = 2: 3 and 4 (the tie to the earlier request); k = 3 adds 2,
+    not 1, which the outgoing link alone would have ranked above 2.  At
+    most one fewer than the requesters; the server is never one; k = 0:
+    none."""
+    out, inn = rates(n=5, inn1=1 * MB, out2=5 * MB, inn2=5 * MB)
+    assert choose_relays([1, 2, 3, 4], out, inn, 0, 2) == [3, 4]
+    assert choose_relays([1, 2, 4, 3], out, inn, 0, 3) == [4, 3, 2]
+    assert choose_relays([1, 2, 3, 4], out, inn, 0, 9) == [3, 4, 2]
+    assert choose_relays([0, 1, 2], out, inn, 0, 5) == [2]
+    assert choose_relays([1, 2], out, inn, 0, 0) == []
+    assert choose_relays([2], out, inn, 0, 1) == []
+    # equal slower links: the faster outgoing link first
+    out, inn = rates(n=3, inn1=1 * MB, out2=1 * MB)
+    assert choose_relays([1, 2], out, inn, 0, 1) == [1]
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -225,6 +225,31 @@ def _requesters(requests, server, distributors):
     return workers, relays
 
 
+def choose_relays(requests, out_rates, in_rates, server, k):
+    """The relays of one batch of pulls: at most ``k`` of the requesters
+    (the server skipped), fewer than them, those whose *slower* link is
+    fastest (a relay receives its copy, then sends it on), ties to the
+    faster outgoing link, then to the earlier request.
+
+    Our choice; section 10.3 does not say how distributors are earmarked.
+    Ranking by the outgoing link alone (as before) could pick a relay
+    whose incoming link is at the lowest rate: under N3 half the links
+    are, and then the whole batch waited for that one slow copy.
+
+    Example::
+
+        choose_relays([1, 2, 3], {1: 1e8, 2: 5e7, 3: 1e8},
+                      {1: 1e7, 2: 5e7, 3: 1e8}, 0, 2)
+        # [3, 2]: 1 sends fast but receives at 1e7
+    """
+    workers = [r for r in dict.fromkeys(requests) if r != server]
+    k = max(0, min(int(k), len(workers) - 1))
+    order = sorted(range(len(workers)), key=lambda i: (
+        -min(out_rates[workers[i]], in_rates[workers[i]]),
+        -out_rates[workers[i]], i))
+    return [workers[i] for i in order[:k]]
+
+
 def plan_distribution(requests, out_rates, in_rates, server, distributors,
                       size, now=0.0):
     """Section 10.3's model distribution for one batch of pulls: who gets
@@ -282,8 +307,8 @@ def plan_relayed(requests, out_rates, in_rates, server, distributors, size,
     so with small batches it still sends most copies itself.  When the
     server's link is the bottleneck, every copy it does not send is time
     it has for the next batch.  Here the distributors are served first,
-    in the order given (fastest outgoing link first, as the caller ranks
-    them), then the others in the order they asked; each copy comes from
+    in the order given (as :func:`choose_relays` ranks them, best
+    first), then the others in the order they asked; each copy comes from
     the holder that would finish it first: a distributor that already has
     the copy, sending one copy at a time at ``min(its out rate, the
     receiver's in rate)``, ties to the earlier distributor.  Without

@@ -26,7 +26,7 @@ from .execute import build
 from .roles import (CTL, Stats, _Applier, _ctl_messages, _Tags,
                     async_programs, freed_if_done, idle, now, plan_programs,
                     send_pull)
-from .dyntree import plan_distribution, plan_relayed
+from .dyntree import choose_relays, plan_distribution, plan_relayed
 from .scheduler import BatchPlan, Scheduler
 
 
@@ -176,14 +176,14 @@ class Server:
 
     def _distribute_model(self, waiting):
         """One batch of pulls over a distribution tree: the relays are the
-        requesters with the fastest outgoing links the monitor reports
-        (at most ``distributors``, fewer than the requesters); each
-        requester is told where its copy comes from and, as a relay,
-        where to forward it."""
+        requesters whose slower link the monitor reports fastest
+        (:func:`.dyntree.choose_relays`: at most ``distributors``, fewer
+        than the requesters); each requester is told where its copy comes
+        from and, as a relay, where to forward it."""
         t = now()
         out, inn = self.sched.monitor.rates(t)
-        k = min(self.cfg.distributors, len(waiting) - 1)
-        relays = sorted(waiting, key=lambda w: -out[w])[:k]
+        relays = choose_relays(waiting, out, inn, self.roles.server,
+                               self.cfg.distributors)
         plan = plan_relayed if self.cfg.distribution == "one-copy" else \
             plan_distribution
         hops = plan(waiting, out, inn, self.roles.server, relays,
