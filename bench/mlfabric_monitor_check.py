@@ -1,10 +1,11 @@
 """What MLfabric's scheduler believes about the links (issue 14)
 
 ``timeout 300 mpiexec -n 8 python bench/mlfabric_monitor_check.py
-[--network N3] [--duration 25] [--tau 14] [benchmark flags ...]``
+[--network N3] [--scheme mlfabric-2N] [--duration 25] [benchmark flags
+...]``
 
-Runs one MLfabric training (mode "mlfabric", C2 stragglers, seed 0) with
-the settings of ``partialcoll-bench mlfabric`` (any of its flags after
+Runs one MLfabric scheme of ``partialcoll-bench mlfabric`` (C2
+stragglers, seed 0) as the benchmark runs it (any of its flags after
 ours; default here: ``--model mlp --lr 4 --server-nic fixed --base-rate
 2e6 --distributors 2 --distribution one-copy``, the communication-bound
 run of bench/RESULTS.md) and, at every batch the scheduler plans, records
@@ -29,7 +30,6 @@ from mpi4py import MPI
 import partialcoll as pc
 from partialcoll.bench import mlfabric as bench
 from partialcoll.bench._common import limit_blas
-from partialcoll.mlfabric import SGD, train
 from partialcoll.mlfabric import scheduler as scheduler_module
 
 DEFAULTS = ["--model", "mlp", "--lr", "4", "--server-nic", "fixed",
@@ -45,8 +45,8 @@ def _quantiles(xs):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--network", default="N3", choices=sorted(bench.NETWORKS))
-    p.add_argument("--tau", type=int, default=None,
-                   help="tau_max (default 2N, N the workers)")
+    p.add_argument("--scheme", default="mlfabric-2N",
+                   choices=["mlfabric-N", "mlfabric-2N"])
     mine, rest = p.parse_known_args(argv)
     b = argparse.ArgumentParser()
     bench.add_args(b)
@@ -66,29 +66,20 @@ def main(argv=None):
         return out
 
     scheduler_module.Scheduler.plan = watched
-    tau = mine.tau if mine.tau is not None else 2 * (comm.size - 1)
     with limit_blas(args.blas_threads, comm):
         pc.network.enable(bench._network(args, mine.network, 0))
         try:
-            res = train(
-                bench._model(args, 0), SGD(args.lr, args.momentum), comm,
-                mode="mlfabric", tau_max=tau,
-                batch_interval=args.interval, monitor_lag=args.lag,
-                aggregators=args.aggregators,
-                initial_rate=args.base_rate * 5,
-                distributors=args.distributors,
-                distribution=args.distribution,
-                compute_time=args.compute,
-                stragglers=bench.STRAGGLERS["C2"],
-                duration=args.duration, seed=0)
+            r = bench._one(args, mine.scheme, bench.STRAGGLERS["C2"], 0,
+                           comm)
         finally:
             pc.network.disable()
             scheduler_module.Scheduler.plan = plan
     if comm.rank == 0:
         top = max(bench.FACTORS) * args.base_rate
-        print(f"C2-{mine.network}, tau_max {tau}, base rate "
+        print(f"C2-{mine.network}, {mine.scheme}, base rate "
               f"{args.base_rate:g} B/s, {args.duration:g} s: updates "
-              f"{res.updates}, drops {dict(res.drops)}")
+              f"notified {r['notified']}, applied {r['losses'][-1][1]}, "
+              f"dropped {r['drops']} {r['drop_reasons']}")
         q = _quantiles(seen["server_in"])
         print("server's incoming NIC as the monitor sees it, MB/s "
               "(10th/50th/90th percentile): " +

@@ -169,7 +169,8 @@ def _network(args, name, seed):
 
 
 def _one(args, scheme, stragglers, seed, comm):
-    """Run one scheme; returns {"losses", "drops", "max_delay", ...}."""
+    """Run one scheme; returns {"losses", "drops", "max_delay", ...};
+    the parameter-server schemes' also {"drop_reasons", "notified"}."""
     model = _model(args, seed)
     opt = SGD(_lr(args, scheme, comm.size - 1), args.momentum)
     common = dict(compute_time=args.compute, stragglers=stragglers,
@@ -202,6 +203,8 @@ def _one(args, scheme, stragglers, seed, comm):
         kw["distribution"] = args.distribution
     res = train(model, opt, comm, mode=mode, **kw)
     return {"losses": res.losses, "drops": res.updates["dropped"],
+            "drop_reasons": dict(res.drops),
+            "notified": res.updates["notified"],
             "max_delay": res.invariants["max_delay"],
             "sched_ms": 1e3 * res.scheduler["cpu_mean"]
             if res.scheduler["batches"] else math.nan,

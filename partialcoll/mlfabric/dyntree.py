@@ -242,7 +242,7 @@ def choose_relays(requests, out_rates, in_rates, server, k):
                       {1: 1e7, 2: 5e7, 3: 1e8}, 0, 2)
         # [3, 2]: 1 sends fast but receives at 1e7
     """
-    workers = [r for r in dict.fromkeys(requests) if r != server]
+    workers, _ = _requesters(requests, server, [])
     k = max(0, min(int(k), len(workers) - 1))
     order = sorted(range(len(workers)), key=lambda i: (
         -min(out_rates[workers[i]], in_rates[workers[i]]),

@@ -191,12 +191,11 @@ class Server:
                                self.cfg.distributors)
         plan = plan_relayed if self.cfg.distribution == "one-copy" else \
             plan_distribution
-        hops = plan(waiting, out, inn, self.roles.server, relays,
-                    float(self.w.nbytes + 16), t)
+        size = float(self.w.nbytes + 16)
+        hops = plan(waiting, out, inn, self.roles.server, relays, size, t)
         source, forward = {}, {w: [] for w in waiting}
         mine = sum(src == self.roles.server for src, _, _ in hops)
-        self.out_free = t + mine * (self.w.nbytes + 16) / max(
-            out[self.roles.server], 1.0)
+        self.out_free = t + mine * size / max(out[self.roles.server], 1.0)
         for i, (src, dst, prio) in enumerate(hops):
             source[dst] = src
             if src == self.roles.server:
