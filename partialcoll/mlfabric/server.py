@@ -40,8 +40,6 @@ class Server:
         self.w = np.array(model.params, dtype=np.float64).reshape(-1)
         self.version, self.stats = 0, Stats()
         self.ready, self.held_pulls, self.pulls = [], {}, []
-        self.out_free = 0.0      # when the last batch's copies would have
-        #                          left the server's NIC at its own rate
         self.last_version = {}                 # worker -> its last notice's
         self.stopped, self.stopping = set(), False
         self.applier = _Applier(self._apply, ordered=cfg.mode != "async")
@@ -153,17 +151,14 @@ class Server:
         """Send the model to the workers that asked.  With
         ``distributors``, pulls that come while the server's last copies
         are still leaving wait, and go out together as one distribution
-        tree (section 10.3) once they have left, or once they would have
-        at the server's outgoing rate the monitor reports: a copy to a
-        receiver with a slow incoming link uses little of the server's
-        link, and holding every pull until it arrived stalled them all."""
+        tree (section 10.3) once they have left."""
         waiting = [w for w in self.held_pulls
                    if force or self.cfg.mode != "mlfabric-s" or
                    self.version > self.last_version.get(w, -1)]
         if not waiting:                  # mlfabric-s: the iteration's model
             return
         if self.cfg.distributors:
-            if not self.pulls or force or now() >= self.out_free:
+            if not self.pulls or force:
                 self._distribute_model(waiting)
             return
         for w in sorted(waiting):
@@ -191,11 +186,9 @@ class Server:
                                self.cfg.distributors)
         plan = plan_relayed if self.cfg.distribution == "one-copy" else \
             plan_distribution
-        size = float(self.w.nbytes + 16)
-        hops = plan(waiting, out, inn, self.roles.server, relays, size, t)
+        hops = plan(waiting, out, inn, self.roles.server, relays,
+                    float(self.w.nbytes + 16), t)
         source, forward = {}, {w: [] for w in waiting}
-        mine = sum(src == self.roles.server for src, _, _ in hops)
-        self.out_free = t + mine * size / max(out[self.roles.server], 1.0)
         for i, (src, dst, prio) in enumerate(hops):
             source[dst] = src
             if src == self.roles.server:

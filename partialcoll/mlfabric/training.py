@@ -68,12 +68,11 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
         aggregators: k per batch (an int, drawn, or a list of ranks).
         distributors: k° relays of the model (section 10.3; modes
             "mlfabric" and "mlfabric-s"): pulls that come while the
-            server's last copies are still leaving (at most as long as
-            they would take at the server's outgoing rate) are answered
-            together over a distribution tree (Algorithm 3 on the
-            mirrored links), its relays the requesters whose slower link
-            (in or out) the monitor reports fastest.  0 (default): the
-            server sends every copy.
+            server's last copies are still leaving are answered together
+            over a distribution tree (Algorithm 3 on the mirrored links),
+            its relays the requesters whose slower link (in or out) the
+            monitor reports fastest.  0 (default): the server sends every
+            copy.
         distribution: the tree's shape, with ``distributors``:
             "algorithm3" (default, section 10.3: the server sends to each
             relay and to a direct group) or "one-copy" (ours: the server
