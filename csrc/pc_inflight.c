@@ -187,6 +187,7 @@ void pc_sched_on_done(pc_sched *s, int64_t cookie, const pc_done *d)
     if (!d->send) {
         op->req = -1;
         op->t_arrive = d->t_arrive;
+        op->t_wire = d->t_wire;
     }
     s->inflight--;
     if (d->send || d->outcome == PC_MSG_DELIVERED) {

@@ -7,11 +7,13 @@
  *     never sees data early and a lost message's data never moves at all.
  *  2. The order of a channel is kept: messages of one (src, dst) pair leave
  *     the emulated wire in order and are handed to MPI in order.
- *  3. Every message carries an 8-byte header in front of its data: the
- *     model's arrival time (its last byte off the wire, plus the latency).
- *     The receiver reports it as the receive's t_arrive, as a NIC's hardware
- *     receive timestamp would, however late its own progress thread (or the
- *     sender's, which hands the message over) ran on an oversubscribed host.
+ *  3. Every message carries a 16-byte header in front of its data: the
+ *     model's arrival time (its last byte off the wire, plus the latency)
+ *     and when its first byte went on the wire.  The receiver reports them
+ *     as the receive's t_arrive and t_wire, as NIC hardware timestamps
+ *     would, however late its own progress thread (or the sender's, which
+ *     hands the message over) ran on an oversubscribed host, and however
+ *     long the message waited behind others in its channel.
  *     Header and data travel as one MPI message.  The sender copies them
  *     into one contiguous buffer (an MPI send from a struct datatype over
  *     two addresses, with no copy, took 100 to 1000 times longer for 4 MB
@@ -23,7 +25,7 @@
  *     them reports them as outstanding and is not replaced before they
  *     complete.  Device buffers (the CUDA-aware path) are refused: the
  *     copy and the header are host memory.
- *  4. A lost message is replaced by a header alone, its time negated, on the
+ *  4. A lost message is replaced by a header alone, its arrival negated, on the
  *     same communicator, peer and tag, so it keeps its place in MPI's
  *     matching order; the receiver maps it to DROPPED ("told") or SWALLOWED
  *     ("silent": the receive runs into its deadline).  A zero-byte payload
@@ -69,7 +71,8 @@ typedef struct nsend {
 typedef struct nrecv {
     void *owner;
     int64_t cookie, expect, handle;
-    double hdr;                        /* the sender's header lands here */
+    double hdr[2];                     /* the sender's header lands here:
+                                          {arrival (< 0: lost), wire start} */
     struct nrecv *prev, *next;         /* every live receive (for cancel) */
 } nrecv;
 
@@ -104,21 +107,21 @@ typedef struct {
 static netem *current;       /* the network in use (for the queries) */
 static int err_device = MPI_ERR_BUFFER;   /* refusing device buffers */
 
-/* A receive of w's buffer behind the 8-byte header *hdr, as one message:
+/* A receive of w's buffer behind the 16-byte header hdr, as one message:
  * a struct datatype of bytes over both addresses (w->buf becomes
  * MPI_BOTTOM), or the header alone when there is no buffer.  *made
  * (MPI_DATATYPE_NULL if none) is the caller's to free once the receive is
  * posted: MPI keeps it while the receive needs it. */
-static int behind_header(pc_msg *w, double *hdr, MPI_Datatype *made)
+static int behind_header(pc_msg *w, double hdr[2], MPI_Datatype *made)
 {
     *made = MPI_DATATYPE_NULL;
     if (w->bytes == 0) {
         w->buf = hdr;
-        w->count = (int)sizeof *hdr;
+        w->count = (int)(2 * sizeof *hdr);
         w->dt = MPI_BYTE;
         return MPI_SUCCESS;
     }
-    int len[2] = {(int)sizeof *hdr, (int)w->bytes};
+    int len[2] = {(int)(2 * sizeof *hdr), (int)w->bytes};
     MPI_Aint at[2];
     MPI_Datatype types[2] = {MPI_BYTE, MPI_BYTE};
     int rc = MPI_Get_address(hdr, &at[0]);
@@ -358,12 +361,13 @@ static int netem_start(pc_transport *tp, const pc_msg *m, int64_t *handle)
         nrecv *r = malloc(sizeof(*r));
         if (!r)
             return MPI_ERR_NO_MEM;
-        *r = (nrecv){m->owner, m->cookie, m->bytes, -1, 0, NULL, N->recs};
+        *r = (nrecv){m->owner, m->cookie, m->bytes, -1, {0, 0}, NULL,
+                     N->recs};
         pc_msg w = *m;
         w.owner = r;
         w.cookie = COOKIE_NETEM_RECV;
         MPI_Datatype made;
-        int rc = behind_header(&w, &r->hdr, &made);
+        int rc = behind_header(&w, r->hdr, &made);
         if (rc == MPI_SUCCESS)
             rc = N->wire->start(N->wire, &w, &r->handle);
         if (made != MPI_DATATYPE_NULL)
@@ -438,15 +442,15 @@ static int send_copy(netem *N, nsend *x)
             return MPI_ERR_NO_MEM;
         N->capsent = cap;
     }
-    double t = x->lost ? -x->t_deliver : x->t_deliver;
+    double hdr[2] = {x->lost ? -x->t_deliver : x->t_deliver, x->t_start};
     int64_t data = x->lost ? 0 : x->m.bytes;
-    x->copy = malloc(sizeof t + (size_t)data);
+    x->copy = malloc(sizeof hdr + (size_t)data);
     if (!x->copy)
         return MPI_ERR_NO_MEM;
-    memcpy(x->copy, &t, sizeof t);
+    memcpy(x->copy, hdr, sizeof hdr);
     if (data)
-        memcpy(x->copy + sizeof t, x->m.buf, (size_t)data);
-    int rc = MPI_Isend(x->copy, (int)(sizeof t + data), MPI_BYTE, x->m.peer,
+        memcpy(x->copy + sizeof hdr, x->m.buf, (size_t)data);
+    int rc = MPI_Isend(x->copy, (int)(sizeof hdr + data), MPI_BYTE, x->m.peer,
                        x->m.tag, x->m.comm, &N->sreq[N->nsent]);
     if (rc != MPI_SUCCESS) {
         free(x->copy);
@@ -545,8 +549,9 @@ static void map_recv(netem *N, pc_done *d)
     d->owner = r->owner;
     d->cookie = r->cookie;
     if (d->mpi_error == MPI_SUCCESS) {
-        int lost = r->hdr < 0;
-        d->t_arrive = fabs(r->hdr);
+        int lost = r->hdr[0] < 0;
+        d->t_arrive = fabs(r->hdr[0]);
+        d->t_wire = r->hdr[1];
         d->bytes = d->bytes > (int64_t)sizeof r->hdr
                        ? d->bytes - (int64_t)sizeof r->hdr : 0;
         d->outcome = !lost ? PC_MSG_DELIVERED

@@ -15,20 +15,23 @@ PyObject *pc_sched_outcomes(SchedObject *self, PyObject *unused)
     PyObject *nok = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s->nops * 4);
     PyObject *t = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s->nops * 8);
     PyObject *ta = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s->nops * 8);
-    if (!oc || !nok || !t || !ta) {
+    PyObject *tw = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s->nops * 8);
+    if (!oc || !nok || !t || !ta || !tw) {
         Py_XDECREF(oc);
         Py_XDECREF(nok);
         Py_XDECREF(t);
         Py_XDECREF(ta);
+        Py_XDECREF(tw);
         return NULL;
     }
     uint64_t round;
     pc_sched_last_outcomes(s, (uint8_t *)PyBytes_AS_STRING(oc),
                            (int *)PyBytes_AS_STRING(nok),
                            (double *)PyBytes_AS_STRING(t),
-                           (double *)PyBytes_AS_STRING(ta), &round);
+                           (double *)PyBytes_AS_STRING(ta),
+                           (double *)PyBytes_AS_STRING(tw), &round);
     long long r = atomic_load(&s->done) ? (long long)round : -1;
-    return Py_BuildValue("(LNNNN)", r, oc, nok, t, ta);
+    return Py_BuildValue("(LNNNNN)", r, oc, nok, t, ta, tw);
 }
 
 static PyObject *sched_get_done(SchedObject *self, void *c)

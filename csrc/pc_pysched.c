@@ -564,7 +564,7 @@ static PyMethodDef sched_methods[] = {
      "open_gate(op, round)"},
     {"outcomes", (PyCFunction)pc_sched_outcomes, METH_NOARGS,
      "outcomes() -> (round, outcome bytes, int32 delivered counts, float64 "
-     "completion and arrival times)"},
+     "completion, arrival and first-byte-on-the-wire times)"},
     {NULL, NULL, 0, NULL}};
 
 PyTypeObject pc_SchedType = {

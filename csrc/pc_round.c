@@ -393,7 +393,7 @@ static void arm(pc_sched *s)
         op->ndone = op->nok = op->nfail = 0;
         op->state = OP_IDLE;
         op->outcome = PC_OC_NONE;
-        op->t_arrive = 0;
+        op->t_arrive = op->t_wire = 0;
         op->skip = 0;
         if (!(op->flags & PC_F_OPTIONAL))
             s->required_left++;
@@ -437,6 +437,7 @@ static void finish_round(pc_sched *s)
         s->last_nok[i] = s->ops[i].nok;
         s->last_t[i] = s->ops[i].outcome ? s->ops[i].t_done : 0.0;
         s->last_arrive[i] = arrival(&s->ops[i]);
+        s->last_wire[i] = s->last_arrive[i] > 0 ? s->ops[i].t_wire : 0.0;
     }
     s->last_round_ok = s->round;
     pthread_mutex_unlock(&s->fire_mtx);

@@ -301,11 +301,12 @@ int pc_sched_create(const int64_t *desc, int nops, const int64_t *deps,
     s->last_nok = calloc(n1, sizeof(int));
     s->last_t = calloc(n1, sizeof(double));
     s->last_arrive = calloc(n1, sizeof(double));
+    s->last_wire = calloc(n1, sizeof(double));
     s->next_order = calloc((size_t)s->comm_size + 1, sizeof(int64_t));
     if (!s->ops || !s->slots || !s->succ || !s->pred || !s->heap ||
         !s->defer || !s->held || !s->triggers || !s->srecv ||
         !s->last_outcome || !s->last_nok || !s->last_t ||
-        !s->last_arrive || !s->next_order)
+        !s->last_arrive || !s->last_wire || !s->next_order)
         FAIL(PC_ENOMEM, "out of memory");
     for (int i = 0; i < nops; i++)
         if ((rc = parse_op(s, i, desc + (size_t)i * PC_DESC_LEN, ndeps, err,
@@ -545,6 +546,7 @@ void pc_sched_destroy(pc_sched *s)
     free(s->last_nok);
     free(s->last_t);
     free(s->last_arrive);
+    free(s->last_wire);
     free(s->next_order);
     free(s->sfire_round);
     free(s->sfire_op);
@@ -567,7 +569,7 @@ void pc_sched_destroy(pc_sched *s)
 
 /* The arrays are written at the end of each round under fire_mtx. */
 int pc_sched_last_outcomes(pc_sched *s, uint8_t *outcome, int *nok,
-                           double *t_done, double *t_arrive,
+                           double *t_done, double *t_arrive, double *t_wire,
                            uint64_t *round)
 {
     pthread_mutex_lock(&s->fire_mtx);
@@ -575,6 +577,7 @@ int pc_sched_last_outcomes(pc_sched *s, uint8_t *outcome, int *nok,
     memcpy(nok, s->last_nok, (size_t)s->nops * sizeof(int));
     memcpy(t_done, s->last_t, (size_t)s->nops * sizeof(double));
     memcpy(t_arrive, s->last_arrive, (size_t)s->nops * sizeof(double));
+    memcpy(t_wire, s->last_wire, (size_t)s->nops * sizeof(double));
     *round = s->last_round_ok;
     pthread_mutex_unlock(&s->fire_mtx);
     return PC_OK;

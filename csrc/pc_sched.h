@@ -42,7 +42,8 @@
  *   readable (pc_sched_last_outcomes), with each op's completion time and,
  *   for a RECV that took a message (delivered or dropped), its arrival
  *   time: the transport's stamp (the emulated network's model), else the
- *   completion time.  A timed-out receive is cancelled (a
+ *   completion time; on the emulated network also when the message's first
+ *   byte went on the sender's wire (0 elsewhere).  A timed-out receive is cancelled (a
  *   local operation) and replaced by a discard receive, so its late message
  *   is consumed in order and never taken by the next round's receive.
  *
@@ -218,6 +219,7 @@ typedef struct pc_op {
     uint32_t tgen;            /* timer generation (stale timers are ignored) */
     double t_ready, t_done;   /* pc_now() when started / completed */
     double t_arrive;          /* RECV: the transport's arrival time, 0 none */
+    double t_wire;            /* RECV: its first byte on the wire, 0 none */
     uint64_t stamp[4];        /* stamped payload {stamp id, round, tag, 0} */
     uint64_t *bank;           /* stamped recv: banked future rounds */
     int nbank, capbank;
@@ -281,6 +283,7 @@ struct pc_sched {
     int *last_nok;
     double *last_t;                 /* completion time (pc_now), 0: none */
     double *last_arrive;            /* RECV: arrival time, 0: none */
+    double *last_wire;              /* RECV: first byte on the wire, 0: none */
     uint64_t last_round_ok;         /* rounds whose outcomes are in last_* */
     /* discard receives standing in for timed-out ones */
     int64_t *disc_req, *disc_id; void **disc_buf; int ndisc, capdisc;
@@ -318,7 +321,7 @@ int pc_sched_has_locked_ops(pc_sched *s);
 /* last completed round: outcome, delivered-input count, completion time
  * and (receives that took a message) arrival time of every op */
 int pc_sched_last_outcomes(pc_sched *s, uint8_t *outcome, int *nok,
-                           double *t_done, double *t_arrive,
+                           double *t_done, double *t_arrive, double *t_wire,
                            uint64_t *round);
 
 /* called by the engine, progress lock held */

@@ -70,6 +70,8 @@ typedef struct {
     int source;             /* sender's rank (receives) */
     int mpi_error;          /* MPI_SUCCESS, or the request's error */
     double t_arrive;        /* receives: arrival (pc_now() clock), 0: none */
+    double t_wire;          /* receives: the message's first byte on the
+                               sender's wire (pc_now() clock), 0: none */
 } pc_done;
 
 typedef struct pc_transport pc_transport;

@@ -131,7 +131,7 @@ static void describe(pc_done *d, const entry *e, const MPI_Status *st,
     d->outcome = PC_MSG_DELIVERED;
     d->mpi_error = err;
     d->source = e->send ? -1 : st->MPI_SOURCE;
-    d->t_arrive = 0;                /* MPI gives no arrival time */
+    d->t_arrive = d->t_wire = 0;    /* MPI gives no wire times */
     if (!e->send && err == MPI_SUCCESS)
         MPI_Get_count(st, MPI_BYTE, &bytes);
     d->bytes = bytes;

@@ -118,12 +118,16 @@ class RoundOutcomes:
     host's late progress thread does not shift, the way a NIC's hardware
     receive timestamp is not; ``t_done`` is when this rank noticed.  Over
     plain MPI, which gives no arrival time, ``t_arrive`` equals ``t_done``.
-    Time a link with ``t_arrive``."""
+    ``t_wire`` (float64 per op): on the emulated network, for such a
+    receive, when the message's first byte went on the sender's wire (after
+    any wait behind earlier messages of its channel); 0 elsewhere.  Time a
+    link with ``t_arrive`` (and, where it is not 0, ``t_wire``: ``t_arrive -
+    t_wire`` is the message's time on the wire plus the latency)."""
 
     def __init__(self, round, outcome, delivered, t_done=None,
-                 t_arrive=None):
+                 t_arrive=None, t_wire=None):
         self.round, self.outcome, self.delivered = round, outcome, delivered
-        self.t_done, self.t_arrive = t_done, t_arrive
+        self.t_done, self.t_arrive, self.t_wire = t_done, t_arrive, t_wire
 
     def name(self, op):
         """'ok', 'dropped', 'timedout', 'skipped' or 'none' for op."""

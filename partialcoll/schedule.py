@@ -524,11 +524,12 @@ class Schedule:
     def outcomes(self):
         """A :class:`~partialcoll.schedule.RoundOutcomes` for the last
         completed round."""
-        rnd, oc, nok, t, t_arrive = self._core_sched().outcomes()
+        rnd, oc, nok, t, t_arrive, t_wire = self._core_sched().outcomes()
         return RoundOutcomes(rnd, np.frombuffer(oc, np.uint8),
                              np.frombuffer(nok, np.int32),
                              np.frombuffer(t, np.float64),
-                             np.frombuffer(t_arrive, np.float64))
+                             np.frombuffer(t_arrive, np.float64),
+                             np.frombuffer(t_wire, np.float64))
 
     def wait_gate(self, timeout=None):
         """Block (GIL released, no polling) until a :meth:`gate` op of this

@@ -42,6 +42,7 @@ def test_over_mpi_arrival_is_the_completion_time(n):
     assert out.t_arrive[rcv] == out.t_done[rcv]
     assert t0 <= out.t_arrive[rcv] <= t1
     assert out.t_arrive[snd] == 0 and out.t_arrive[red] == 0
+    assert not out.t_wire.any()          # no wire times over MPI
     assert np.array_equal(acc, np.arange(n) + (RANK - 1) % P)
     s.free()
 
@@ -52,7 +53,7 @@ def test_a_timed_out_receive_has_no_arrival_time():
     s.post().wait()
     out = s.outcomes()
     assert out.name(r) == "timedout"
-    assert out.t_arrive[r] == 0 and out.t_done[r] > 0
+    assert out.t_arrive[r] == 0 and out.t_wire[r] == 0 and out.t_done[r] > 0
     s.free()
 
 
@@ -139,7 +140,10 @@ def test_stopped_receiver_still_gets_the_models_arrival(net):
 def test_dropped_and_empty_messages_carry_arrival_times(net):
     """On one FIFO link: an empty message, a lost one (told) and a normal
     one arrive in order, each at the model's time (a lost message still
-    uses the wire); only the lost one's data stays away."""
+    uses the wire); only the lost one's data stays away.  Each one's first
+    byte went on the wire when the one before had left it (``t_wire``), so
+    ``t_arrive - t_wire`` is its own time on the wire plus the latency,
+    not its wait in the channel."""
     if P < 2:
         pytest.skip("needs two ranks")
     cfg = dict(LINK, drop_mode="told", **{"class": {"1": {"drop": 1.0}}})
@@ -172,6 +176,11 @@ def test_dropped_and_empty_messages_carry_arrival_times(net):
         # each took the wire after the one before (pushed microseconds
         # apart by the sender, so no less than its own 8000 bytes' time)
         assert np.all(np.diff(t) >= 8000 / RATE - 1e-6)
+        w = out.t_wire[recvs]
+        assert first - LATENCY - 1e-6 <= w[0] <= first - LATENCY + SLACK
+        assert w[2] - w[1] == pytest.approx(8000 / RATE, abs=1e-6)
+        assert t - w == pytest.approx(np.array([0, 8000, 8000]) / RATE
+                                      + LATENCY, abs=1e-6)
     s.free()
 
 

@@ -15,10 +15,11 @@ Design constraints:
    second duplicate, outside the emulated network (the paper's control
    socket, as in the parameter server).
 3. The monitor learns only from what ranks measured: each receive's
-   arrival time (``t_arrive``); a transfer's start is its planned first
-   byte or, for a forwarded sum or a copy of the result, the arrival of
-   the last message it waited for, both known to the planner.  Never the
-   emulator's rates.
+   arrival time (``t_arrive``) and, on the emulated network, when its
+   first byte went on the wire (``t_wire``, a NIC timestamp).  Without
+   one, a transfer's start is its planned first byte or, for a forwarded
+   sum or a copy of the result, the arrival of the last message it waited
+   for, both known to the planner.  Never the emulator's rates.
 4. A call is synchronous: it returns when this rank has the sum; the next
    call's plan waits for every rank's ready notice, so nothing of one
    call is in flight in the next.
@@ -103,8 +104,10 @@ class DynamicTreeAllreduce:
         s, receives = build_tree_schedule(self.data, plan, buf)
         try:
             s.post().wait()
-            t = s.outcomes().t_arrive
-            self._arrivals = {h.tag: float(t[op]) for op, h in receives}
+            got = s.outcomes()
+            self._arrivals = {h.tag: (float(got.t_arrive[op]),
+                                      float(got.t_wire[op]))
+                              for op, h in receives}
         finally:
             s.free()
         self.calls += 1
@@ -140,10 +143,11 @@ class DynamicTreeAllreduce:
         for h in self.plan.hops:
             if h.tag is None or h.tag not in arrived:
                 continue
-            waited = [arrived[t] for t in h.after if t in arrived]
-            begin = max(waited + ([h.start] if h.start is not None else []),
-                        default=None)
-            end = arrived[h.tag]
+            end, begin = arrived[h.tag]
+            if not begin > 0:       # no wire time: from when it could start
+                waited = [arrived[t][0] for t in h.after if t in arrived]
+                begin = max(waited + ([h.start] if h.start is not None
+                                      else []), default=None)
             if begin is not None and end > begin:
                 self.monitor.observe_transfer(end, h.src, h.dst,
                                               self.plan.size, end - begin)

@@ -43,21 +43,39 @@ class BatchRun:
         return self.schedule is None or self.schedule.test()
 
     def reports(self):
-        """[(t_end, src, dst, bytes, seconds)] of this run's receives
-        (from the planned first byte to the arrival), once done."""
+        """[(t_end, src, dst, bytes, seconds)] of this run's receives, once
+        done: see :func:`link_report`."""
         if self.schedule is None or not self.recvs:
             return []
-        t = self.schedule.outcomes().t_done
+        got = self.schedule.outcomes()
         out = []
         for op, peer, size, start, me in self.recvs:
-            if start is not None and t[op] > start:
-                out.append((float(t[op]), peer, me, size, float(t[op]) - start))
+            r = link_report(got, op, peer, me, size, start)
+            if r is not None:
+                out.append(r)
         return out
 
     def free(self):
         if self.schedule is not None:
             self.schedule.free()
             self.schedule = None
+
+
+def link_report(outcomes, op, src, dst, size, start=None):
+    """A receive's link measurement for the monitor: (t_end, src, dst,
+    bytes, seconds), or None.  On the emulated network, from the message's
+    first byte on the wire to its arrival (``t_wire``, ``t_arrive``: what
+    NIC timestamps see, without the time it waited to be sent or queued
+    behind earlier messages of its channel); elsewhere from ``start``
+    (e.g. the planned first byte; None: no report) to the completion."""
+    end, begin = float(outcomes.t_arrive[op]), float(outcomes.t_wire[op])
+    if not begin > 0:
+        if start is None:
+            return None
+        end, begin = float(outcomes.t_done[op]), float(start)
+    if outcomes.name(op) != "ok" or not end > begin:
+        return None
+    return (end, src, dst, float(size), end - begin)
 
 
 def build(comm, program, held, length, dtype=np.float64):

@@ -21,7 +21,7 @@ import collections
 import numpy as np
 
 from ..schedule import Schedule
-from .execute import build
+from .execute import build, link_report
 from .roles import (CTL, PULL_TAG, Stats, _ctl_messages, freed_if_done,
                     idle, now)
 
@@ -142,12 +142,12 @@ class Worker:
         self.phase = "pull"
 
     def _pulled(self):
-        t = self.pull.outcomes().t_done[self.pull_op]
         self.params[:] = self.pulled[:-2]
         self.version, sent_at = int(self.pulled[-2]), float(self.pulled[-1])
-        if t > sent_at:
-            self.reports.append((float(t), self.pull_src, self.rank,
-                                 float(self.params.nbytes), float(t) - sent_at))
+        r = link_report(self.pull.outcomes(), self.pull_op, self.pull_src,
+                        self.rank, self.params.nbytes, sent_at)
+        if r is not None:
+            self.reports.append(r)
         for i, dst in enumerate(self.forward_to):
             self._forward(dst, i)
         self.forward_to = []
