@@ -127,18 +127,78 @@ def test_monitor_reports_only_after_the_lag():
     assert mon.rates(1.2) == ({0: 10.0, 1: 5.0}, {0: 5.0, 1: 10.0})
 
 
-def test_monitor_keeps_the_fastest_recent_transfer_and_forgets_old_ones():
-    """A slow transfer (limited by its other end) does not drag a NIC's
-    estimate down while a faster one is in the window; once the window has
-    passed the fast ones, the lower rate shows."""
-    mon = LinkMonitor({0: 10.0}, {0: 10.0}, lag=0.1, window=0.5)
-    mon.observe_transfer(1.0, 0, 1, 8.0, 1.0)        # 8
-    mon.observe_transfer(1.2, 0, 2, 2.0, 1.0)        # 2 (2's NIC is slow)
-    assert mon.estimate(1.35, 0, "out") == 8.0
-    mon.observe_transfer(2.0, 0, 1, 3.0, 1.0)        # 3: the NIC slowed
-    assert mon.estimate(2.15, 0, "out") == 3.0
-    mon.report(2.2, 0, "out", 6.0)                   # a direct report wins
-    assert mon.estimate(2.35, 0, "out") == 6.0
+def test_monitor_a_slow_other_end_does_not_drag_a_nic_down():
+    """Server 0's incoming NIC carries 20 B/s from worker 1; then worker
+    2, whose own NIC is slow (its flows to 3 show 2 B/s), pushes at 2 B/s
+    for a long time: the server keeps 20, worker 2 gets 2."""
+    mon = LinkMonitor({n: 100.0 for n in range(4)},
+                      {n: 100.0 for n in range(4)}, lag=0.0)
+    mon.observe_transfer(1.0, 1, 0, 20.0, 1.0)        # 1 -> 0 at 20
+    mon.observe_transfer(1.0, 1, 3, 20.0, 1.0)        # 1 -> 3 at 20 (both)
+    mon.observe_transfer(2.0, 2, 3, 2.0, 1.0)         # 2 -> 3 at 2
+    for k in range(10):                               # 2 -> 0 at 2, for 10 s
+        mon.observe_transfer(3.0 + k, 2, 0, 2.0, 1.0)
+    out, inn = mon.rates(13.0)
+    assert inn[0] == 20.0 and out[2] == 2.0
+    assert out[1] == 40.0            # its two flows at once add up
+    mon = LinkMonitor({}, {}, lag=0.0)
+    with pytest.raises(ValueError):
+        LinkMonitor({}, {}, slack=1.0)
+
+
+def test_monitor_adds_up_concurrent_flows():
+    """Two 10 B/s flows into 0 at the same time show a 20 B/s NIC, and a
+    short flow beside a long one is not counted twice (the load is the
+    bytes over the union of their intervals)."""
+    mon = LinkMonitor({}, {0: 100.0}, lag=0.0)
+    mon.observe_transfer(1.0, 1, 0, 10.0, 1.0)
+    mon.observe_transfer(1.0, 2, 0, 10.0, 1.0)
+    assert mon.estimate(1.0, 0, "in") == 20.0
+    mon = LinkMonitor({}, {0: 1.0}, lag=0.0)         # (an estimate too low)
+    mon.observe_transfer(1.5, 2, 0, 1.0, 0.1)        # 1.4-1.5 at 10
+    mon.observe_transfer(2.0, 1, 0, 19.0, 1.0)       # 1.0-2.0, 19 on average
+    assert mon.estimate(2.0, 0, "in") == pytest.approx(20.0)
+
+
+def test_monitor_fairness_rules_out_an_end():
+    """Flows into 0 at 18 and at 2 at the same time: under max-min
+    fairness 0 cannot be the 2 B/s flow's bottleneck (a flow there moved
+    faster), so its sender 2 is the slow end, however stale its estimate."""
+    mon = LinkMonitor({1: 100.0, 2: 100.0}, {0: 100.0}, lag=0.0)
+    mon.observe_transfer(1.0, 2, 0, 2.0, 1.0)
+    mon.observe_transfer(1.0, 1, 0, 18.0, 1.0)
+    out, inn = mon.rates(1.0)
+    assert out[2] == 2.0 and out[1] == 18.0 and inn[0] == 20.0
+
+
+def test_monitor_a_rate_that_fell_shows_at_the_first_contradiction():
+    """Server 0's incoming NIC at 20 (its last use at t = 1), worker 1's
+    outgoing at 20 (fully used until t = 3.8, a flow to 3); at t = 4 the
+    1 -> 0 flow moves at 5: both ends had room, and the one not used to
+    its estimate in the last 0.5 s (the server's) is lowered."""
+    mon = LinkMonitor({}, {}, lag=0.0, window=0.5)
+    mon.observe_transfer(1.0, 2, 0, 20.0, 1.0)
+    mon.observe_transfer(3.8, 1, 3, 20.0, 1.0)
+    mon.observe_transfer(4.0, 1, 0, 1.0, 0.2)
+    assert mon.estimate(4.0, 0, "in") == 5.0
+    assert mon.estimate(4.0, 1, "out") == 20.0
+    mon.observe_transfer(9.0, 4, 5, 20.0, 1.0)        # 4 -> 5 at 20
+    mon.observe_transfer(10.0, 4, 5, 5.0, 1.0)        # no recent use:
+    assert mon.rates(10.0)[0][4] == 5.0               # both lowered
+    assert mon.rates(10.0)[1][5] == 5.0
+    mon.report(10.5, 0, "in", 6.0)                    # a direct report wins
+    assert mon.estimate(10.5, 0, "in") == 6.0
+
+
+def test_monitor_takes_late_measurements_in_time_order():
+    """Measurements reported out of order are applied in the order they
+    were made, once visible; asking at an earlier time changes nothing."""
+    mon = LinkMonitor({0: 10.0, 1: 10.0}, {0: 10.0, 1: 10.0}, lag=0.5)
+    mon.observe_transfer(2.0, 0, 1, 3.0, 1.0)        # reported first
+    mon.observe_transfer(1.0, 0, 1, 8.0, 1.0)        # made first
+    assert mon.estimate(1.4, 0, "out") == 10.0       # neither visible yet
+    assert mon.estimate(2.5, 0, "out") == 3.0        # 8, then 3
+    assert mon.estimate(1.0, 0, "out") == 3.0
 
 
 def test_monitor_never_reads_the_true_rates():
