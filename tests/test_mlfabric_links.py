@@ -141,9 +141,6 @@ def test_monitor_a_slow_other_end_does_not_drag_a_nic_down():
     out, inn = mon.rates(13.0)
     assert inn[0] == 20.0 and out[2] == 2.0
     assert out[1] == 40.0            # its two flows at once add up
-    mon = LinkMonitor({}, {}, lag=0.0)
-    with pytest.raises(ValueError):
-        LinkMonitor({}, {}, slack=1.0)
 
 
 def test_monitor_adds_up_concurrent_flows():
@@ -203,13 +200,15 @@ def test_monitor_takes_late_measurements_in_time_order():
 
 def test_monitor_never_reads_the_true_rates():
     """Nothing but its own inputs: an unknown NIC without measurements
-    has no rate (inf), and a bad measurement is refused."""
+    has no rate (inf), and a bad measurement or setting is refused."""
     mon = LinkMonitor({}, {}, lag=0.0)
     assert mon.estimate(5.0, 3, "in") == math.inf
     with pytest.raises(ValueError):
         mon.report(0.0, 1, "up", 1.0)
     with pytest.raises(ValueError):
         mon.report(0.0, 1, "out", 0.0)
+    with pytest.raises(ValueError):
+        LinkMonitor({}, {}, slack=1.0)
 
 
 # --- the C loops against the Python ones ----------------------------------
