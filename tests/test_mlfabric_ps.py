@@ -8,6 +8,8 @@ ends equal to the server; plain async PS and MLfabric-S run too.
 Short configurations (2 s of training): the subject is P-dependent (the
 number of workers, aggregators drawn among them), so it runs at P = 4 and 8
 only (3 and 7 workers; at P = 8 a replica leaves 6)."""
+import collections
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -138,6 +140,35 @@ def test_pulls_over_a_distribution_tree(slow_server_out, mode, distribution):
     assert relays, res.bytes
     if distribution == "one-copy":
         assert pulls["server"] == pulls["batches"], pulls
+
+
+@pytest.fixture
+def slow_worker_in():
+    """Every NIC at 4 MB/s but worker 1's incoming one at 0.02 MB/s: its
+    8 KB model copy takes 0.4 s, and uses a two-hundredth of the
+    server's outgoing link."""
+    pc.network.enable({"seed": 3, "default": {
+        "out_rate": "4 MB/s", "in_rate": "4 MB/s", "latency": "0.2 ms"},
+        "rank": {"1": {"in_rate": "0.02 MB/s"}}})
+    yield
+    pc.network.disable()
+
+
+@pytest.mark.parametrize("distribution", ["algorithm3", "one-copy"])
+def test_a_slow_copy_does_not_hold_later_pulls(slow_worker_in,
+                                               distribution):
+    """A batch of pulls waits for the server's copies in flight at most
+    one batch interval: the fast workers are not paced by the 0.4 s copy
+    to worker 1 (without the bound each got about one copy per 0.4 s)."""
+    _, res = run("mlfabric", distributors=1, duration=2.0, aggregators=0,
+                 distribution=distribution)
+    check_invariants(res, tau_max=P - 1)
+    copies = collections.Counter()        # no aggregators: every byte to a
+    for (src, dst), n in res.bytes.items():   # worker is a model copy
+        if dst != 0:
+            copies[dst] += n
+    fast = [copies[w] for w in range(2, P)]
+    assert min(fast) >= 2 * copies[1], (copies, res.pulls)
 
 
 def test_without_distributors_the_server_sends_every_copy(slow_server_out):

@@ -68,8 +68,10 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
         aggregators: k per batch (an int, drawn, or a list of ranks).
         distributors: k° relays of the model (section 10.3; modes
             "mlfabric" and "mlfabric-s"): pulls that come while the
-            server's last copies are still leaving are answered together
-            over a distribution tree (Algorithm 3 on the mirrored links),
+            server's last copies are still on their way are answered
+            together, once those have arrived or the oldest has waited
+            ``batch_interval``, over a distribution tree (Algorithm 3 on
+            the mirrored links),
             its relays the requesters whose slower link (in or out) the
             monitor reports fastest.  0 (default): the server sends every
             copy.
