@@ -108,16 +108,21 @@ def test_baselines_train(network, mode):
         assert len(res.comm) >= 1 and min(res.comm) > 0
 
 
+def _one_nic_slow(rank, nic, rate):
+    """Every NIC at 4 MB/s but ``rank``'s ``nic`` at ``rate``."""
+    pc.network.enable({"seed": 3, "default": {
+        "out_rate": "4 MB/s", "in_rate": "4 MB/s", "latency": "0.2 ms"},
+        "rank": {rank: {nic: rate}}})
+    yield
+    pc.network.disable()
+
+
 @pytest.fixture
 def slow_server_out():
     """Workers' NICs at 4 MB/s, the server's outgoing one at 0.2 MB/s: an
     8 KB model takes 40 ms out of the server, as long as a step, so pulls
     queue there."""
-    pc.network.enable({"seed": 3, "default": {
-        "out_rate": "4 MB/s", "in_rate": "4 MB/s", "latency": "0.2 ms"},
-        "rank": {"0": {"out_rate": "0.2 MB/s"}}})
-    yield
-    pc.network.disable()
+    yield from _one_nic_slow("0", "out_rate", "0.2 MB/s")
 
 
 @pytest.mark.parametrize("distribution", ["algorithm3", "one-copy"])
@@ -147,11 +152,7 @@ def slow_worker_in():
     """Every NIC at 4 MB/s but worker 1's incoming one at 0.02 MB/s: its
     8 KB model copy takes 0.4 s, and uses a two-hundredth of the
     server's outgoing link."""
-    pc.network.enable({"seed": 3, "default": {
-        "out_rate": "4 MB/s", "in_rate": "4 MB/s", "latency": "0.2 ms"},
-        "rank": {"1": {"in_rate": "0.02 MB/s"}}})
-    yield
-    pc.network.disable()
+    yield from _one_nic_slow("1", "in_rate", "0.02 MB/s")
 
 
 @pytest.mark.parametrize("distribution", ["algorithm3", "one-copy"])
