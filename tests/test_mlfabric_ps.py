@@ -160,7 +160,7 @@ def test_a_slow_copy_does_not_hold_later_pulls(slow_worker_in,
                                                distribution):
     """A batch of pulls waits for the server's copies in flight at most
     one batch interval: the fast workers are not paced by the 0.4 s copy
-    to worker 1 (without the bound each got about one copy per 0.4 s)."""
+    to worker 1 (without the bound they got 6-7 copies in 2 s to its 5)."""
     _, res = run("mlfabric", distributors=1, duration=2.0, aggregators=0,
                  distribution=distribution)
     check_invariants(res, tau_max=P - 1)

@@ -167,9 +167,9 @@ class Server:
         if not waiting:                  # mlfabric-s: the iteration's model
             return
         if self.cfg.distributors:
-            oldest = min(self.held_pulls[w] for w in waiting)
-            if not self.pulls or force or \
-                    now() - oldest >= self.cfg.batch_interval:
+            if not self.pulls or force or now() - min(
+                    self.held_pulls[w] for w in waiting) >= \
+                    self.cfg.batch_interval:
                 self._distribute_model(waiting)
             return
         for w in sorted(waiting):
