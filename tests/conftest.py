@@ -178,7 +178,7 @@ def run_mpi(argv, n=2, timeout=60, env=None, cwd=ROOT):
     if p.returncode != 0:
         # MPICH unlinks its shared-memory segment at a clean exit only: a
         # job aborted on purpose left about 3 MB in /dev/shm per run
-        for name in _mpich_segments() - before:
+        for name in _stale(_mpich_segments() - before):
             try:
                 os.unlink(os.path.join("/dev/shm", name))
             except OSError:
@@ -192,6 +192,32 @@ def _mpich_segments():
                 if f.startswith("mpich_shm_")}
     except OSError:
         return set()
+
+
+def _stale(names):
+    """Those of the /dev/shm segments ``names`` that no live process maps.
+
+    The job that made a segment has exited when this is asked; a segment
+    still mapped belongs to another job running beside this one (two test
+    suites at once) and is left alone.  (A segment another job has created
+    but not yet mapped is not told apart: a window of microseconds.)"""
+    names = set(names)
+    if not names:
+        return names
+    mapped = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    i = line.find("/dev/shm/")
+                    if i >= 0:
+                        mapped.add(line[i + 9:].split(" (deleted)")[0]
+                                   .strip())
+        except OSError:                  # gone, or not ours to read
+            continue
+    return names - mapped
 
 
 @pytest.fixture

@@ -4,7 +4,12 @@ aborts every rank at once and its report reaches the console."""
 import os
 import shutil
 
-from conftest import run_mpi
+import mmap
+import uuid
+
+import pytest
+
+from conftest import _stale, run_mpi
 
 FAILING_ON_ONE_RANK = '''
 import pytest
@@ -76,3 +81,22 @@ def test_only_rank_0_writes_to_the_console(tmp_path):
         assert f"rank {rank} says hello" in log
         assert f"rank {rank} to stderr" in log and "1 passed" in log
     assert not (tmp_path / "logs" / "P3" / "rank0.log").exists()
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_segment_clean_up_spares_segments_still_mapped():
+    """After a failed job the harness unlinks its MPICH segments; one that
+    a live process still maps (a job running beside it) must be spared."""
+    name = f"mpich_shm_pctest_{uuid.uuid4().hex}"
+    path = os.path.join("/dev/shm", name)
+    with open(path, "wb+") as f:
+        f.truncate(4096)
+        try:
+            m = mmap.mmap(f.fileno(), 4096)
+            try:
+                assert _stale({name}) == set()
+            finally:
+                m.close()
+            assert _stale({name}) == {name}
+        finally:
+            os.unlink(path)
