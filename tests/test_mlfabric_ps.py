@@ -206,3 +206,15 @@ def test_tree_schedule_sums_exactly():
     assert np.array_equal(buf, want)
     s.free()
     c.Free()
+
+
+@pytest.mark.parametrize("kw", [dict(aggregators=[0]),
+                                dict(aggregators=-1),
+                                dict(duration=-1.0)])
+def test_bad_settings_are_refused_on_every_rank(kw):
+    """Refused before any message, on every rank alike: no rank is left
+    waiting (a negative aggregator count used to fail in the server's
+    draw alone and hang the workers; a negative duration ran)."""
+    with pytest.raises((ValueError, TypeError)):
+        run("mlfabric", **kw)
+    COMM.Barrier()                       # every rank got here: none hangs

@@ -72,10 +72,34 @@ def test_worker_history():
                                             duration=1),
     dict(mode="async", replica=True, duration=1),
     dict(mode="async", stragglers=(2, 1), duration=1),
-    dict(mode="async", batch_interval=0, duration=1)])
+    dict(mode="async", batch_interval=0, duration=1),
+    dict(mode="async", aggregators=-1, duration=1),
+    dict(mode="async", aggregators=1.5, duration=1),
+    dict(mode="async", aggregators=[1, 1], duration=1),
+    dict(mode="mlfabric", tau_max=4, replica_aggregators=-1, duration=1),
+    dict(mode="mlfabric", tau_max=2.5, duration=1),
+    dict(mode="async", duration=-1), dict(mode="async", duration=0),
+    dict(mode="async", duration=math.inf),
+    dict(mode="async", max_updates=0), dict(mode="async", max_updates=2.0),
+    dict(mode="mlfabric", tau_max=4, div_max=-1, duration=1),
+    dict(mode="mlfabric", tau_max=4, div_max=math.nan, duration=1),
+    dict(mode="async", monitor_lag=-0.1, duration=1),
+    dict(mode="async", monitor_window=0, duration=1),
+    dict(mode="async", initial_rate=0, duration=1),
+    dict(mode="async", target_loss=math.nan, duration=1)])
 def test_config_refuses(kw):
-    with pytest.raises(ValueError):
+    """Each rank checks the settings before any message: bad ones are
+    refused everywhere at once (a check on the server alone, as the
+    aggregator draw's was, left the workers waiting)."""
+    with pytest.raises((ValueError, TypeError)):
         RunConfig(**kw)
+
+
+def test_config_keeps_what_it_checked():
+    c = RunConfig(mode="mlfabric", tau_max=np.int64(4), aggregators=[2, 3],
+                  replica_aggregators=np.int32(1), max_updates=10)
+    assert c.tau_max == 4 and type(c.tau_max) is int
+    assert c.aggregators == [2, 3] and c.replica_aggregators == 1
 
 
 def test_roles():

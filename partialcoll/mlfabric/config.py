@@ -35,6 +35,27 @@ class RunConfig:
         if distribution == "one-copy" and not distributors:
             raise ValueError("distribution 'one-copy' needs distributors "
                              ">= 1 (the relays that pass the copy on)")
+        aggregators = _aggregators(aggregators, "aggregators")
+        replica_aggregators = _aggregators(replica_aggregators,
+                                           "replica_aggregators")
+        if tau_max is not None:
+            tau_max = _count(tau_max, "tau_max")
+            if tau_max < 1:
+                raise ValueError(f"tau_max must be >= 1, got {tau_max}")
+        if duration is not None and not 0 < duration < math.inf:
+            raise ValueError(f"duration must be > 0 seconds, got "
+                             f"{duration!r}")
+        if max_updates is not None and _count(max_updates,
+                                              "max_updates") < 1:
+            raise ValueError(f"max_updates must be >= 1, got {max_updates}")
+        if not div_max >= 0:                     # (NaN fails too)
+            raise ValueError(f"div_max must be >= 0, got {div_max!r}")
+        if not monitor_lag >= 0 or not monitor_window > 0 or \
+                not 0 < initial_rate < math.inf:
+            raise ValueError("monitor_lag >= 0, monitor_window > 0 and "
+                             "0 < initial_rate < inf")
+        if target_loss is not None and math.isnan(target_loss):
+            raise ValueError("target_loss must be a number, got nan")
         r, s = stragglers
         if not 0 <= r <= 1 or s < 1:
             raise ValueError("stragglers=(r, s): 0 <= r <= 1, s >= 1")
@@ -55,6 +76,16 @@ class RunConfig:
 
     def __repr__(self):
         return f"RunConfig({self.__dict__!r})"
+
+
+def _aggregators(value, name):
+    """k (a whole number >= 0) or a list of distinct ranks."""
+    if isinstance(value, (list, tuple)):
+        ranks = [_count(r, name + " (ranks)") for r in value]
+        if len(set(ranks)) != len(ranks):
+            raise ValueError(f"{name} repeat a rank: {list(value)}")
+        return ranks
+    return _count(value, name)
 
 
 def _count(value, name):

@@ -103,6 +103,11 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
     optimizer = optimizer or SGD(0.1)
     comm = MPI.COMM_WORLD if comm is None else comm
     roles = Roles(comm.size, cfg.replica)
+    for name in ("aggregators", "replica_aggregators"):
+        listed = getattr(cfg, name)
+        if isinstance(listed, list) and not set(listed) <= set(roles.workers):
+            raise ValueError(f"{name} {listed} must be worker ranks "
+                             f"({roles.workers})")
     dcomm, ctl = comm.Dup(), comm.Dup()
     try:
         start = ctl.bcast(np.asarray(model.params, np.float64).reshape(-1)
