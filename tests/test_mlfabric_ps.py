@@ -218,3 +218,22 @@ def test_bad_settings_are_refused_on_every_rank(kw):
     with pytest.raises((ValueError, TypeError)):
         run("mlfabric", **kw)
     COMM.Barrier()                       # every rank got here: none hangs
+
+
+@pytest.mark.parametrize("kw", [dict(algorithm="mlfabric", aggregators=-1),
+                                dict(algorithm="mlfabric", root=P),
+                                dict(algorithm="mlfabric", aggregators=[P]),
+                                dict(max_iterations=None),
+                                dict(stragglers=(0.1, 0.5))])
+def test_train_allreduce_refuses_bad_settings_on_every_rank(kw):
+    """The synchronous loop checks its settings before the server rank
+    waits for the workers' result: a root or aggregator out of range was
+    refused by the workers alone (the server then waited forever), and
+    with no stop it never ended."""
+    from partialcoll.mlfabric.allreduce_train import train_allreduce
+    opts = dict(compute_time=0.01, max_iterations=2)
+    opts.update(kw)
+    with pytest.raises((ValueError, TypeError)):
+        train_allreduce(SoftmaxRegression(features=8, classes=4, seed=1),
+                        SGD(1.0), **opts)
+    COMM.Barrier()

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from partialcoll.mlfabric.config import RunConfig
+from partialcoll.mlfabric.config import RunConfig, check_run
 from partialcoll.mlfabric.execute import start_times
 from partialcoll.mlfabric.links import NetworkState
 from partialcoll.mlfabric.models import SoftmaxRegression, TanhMLP
@@ -93,6 +93,19 @@ def test_config_refuses(kw):
     aggregator draw's was, left the workers waiting)."""
     with pytest.raises((ValueError, TypeError)):
         RunConfig(**kw)
+
+
+def test_check_run_names_the_loop_s_own_stop():
+    ok = dict(compute_time=0.1, stragglers=(0.1, 2.0), duration=None,
+              max_updates=5, target_loss=None, eval_every=0.1,
+              monitor_lag=0.2, monitor_window=0.5, initial_rate=1e8)
+    assert check_run(**ok) == (0.1, 2.0)
+    with pytest.raises(ValueError, match="max_iterations"):
+        check_run(**dict(ok, max_updates=None), max_name="max_iterations")
+    with pytest.raises(ValueError, match="max_iterations"):
+        check_run(**dict(ok, max_updates=0), max_name="max_iterations")
+    with pytest.raises(ValueError):
+        check_run(**dict(ok, compute_time=math.nan))
 
 
 def test_config_keeps_what_it_checked():

@@ -22,6 +22,7 @@ from mpi4py import MPI
 
 from ..schedule import Schedule
 from .allreduce import DynamicTreeAllreduce
+from .config import check_aggregators, check_run
 from .roles import Roles, now
 
 ALGORITHMS = ("ring", "tree", "mlfabric")
@@ -66,7 +67,9 @@ def train_allreduce(model, optimizer, comm=None, algorithm="ring",
             the scheduler runs on the first worker).
         compute_time, stragglers, duration: as for train.
         target_loss, eval_every, seed, replica: as for train.
-        max_iterations: stop after this many iterations.
+        max_iterations: stop after this many iterations (give it or
+            ``duration``, or both; every setting is checked on every rank
+            before any message).
 
     Returns {"losses": [(t, updates, loss)], "iterations", "comm": [seconds
     per iteration in the allreduce], "time_to_target", "params",
@@ -82,8 +85,20 @@ def train_allreduce(model, optimizer, comm=None, algorithm="ring",
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}")
+    check_run(compute_time, stragglers, duration, max_iterations,
+              target_loss, eval_every, monitor_lag, monitor_window,
+              initial_rate, max_name="max_iterations")
+    aggregators = check_aggregators(aggregators, "aggregators")
     comm = MPI.COMM_WORLD if comm is None else comm
     roles = Roles(comm.size, replica)
+    n_workers = len(roles.workers)       # the allreduce's ranks: 0..n-1
+    for name, ranks in (("root", [] if root is None else [root]),
+                        ("aggregators", aggregators
+                         if isinstance(aggregators, list) else [])):
+        if any(not 0 <= r < n_workers for r in ranks):
+            raise ValueError(f"{name} {ranks} must be ranks of the "
+                             f"{n_workers} workers' communicator "
+                             f"(0..{n_workers - 1})")
     member = comm.rank in roles.workers
     sub = comm.Split(0 if member else MPI.UNDEFINED, comm.rank)
     out = None

@@ -18,8 +18,6 @@ class RunConfig:
                  distribution="algorithm3"):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if duration is None and max_updates is None:
-            raise ValueError("give duration= (seconds) or max_updates=")
         if mode == "mlfabric" and (tau_max is None or tau_max < 1):
             raise ValueError("mode 'mlfabric' needs tau_max >= 1")
         if replica and mode != "mlfabric":
@@ -35,33 +33,20 @@ class RunConfig:
         if distribution == "one-copy" and not distributors:
             raise ValueError("distribution 'one-copy' needs distributors "
                              ">= 1 (the relays that pass the copy on)")
-        aggregators = _aggregators(aggregators, "aggregators")
-        replica_aggregators = _aggregators(replica_aggregators,
+        aggregators = check_aggregators(aggregators, "aggregators")
+        replica_aggregators = check_aggregators(replica_aggregators,
                                            "replica_aggregators")
         if tau_max is not None:
             tau_max = _count(tau_max, "tau_max")
             if tau_max < 1:
                 raise ValueError(f"tau_max must be >= 1, got {tau_max}")
-        if duration is not None and not 0 < duration < math.inf:
-            raise ValueError(f"duration must be > 0 seconds, got "
-                             f"{duration!r}")
-        if max_updates is not None and _count(max_updates,
-                                              "max_updates") < 1:
-            raise ValueError(f"max_updates must be >= 1, got {max_updates}")
         if not div_max >= 0:                     # (NaN fails too)
             raise ValueError(f"div_max must be >= 0, got {div_max!r}")
-        if not monitor_lag >= 0 or not monitor_window > 0 or \
-                not 0 < initial_rate < math.inf:
-            raise ValueError("monitor_lag >= 0, monitor_window > 0 and "
-                             "0 < initial_rate < inf")
-        if target_loss is not None and math.isnan(target_loss):
-            raise ValueError("target_loss must be a number, got nan")
-        r, s = stragglers
-        if not 0 <= r <= 1 or s < 1:
-            raise ValueError("stragglers=(r, s): 0 <= r <= 1, s >= 1")
-        if batch_interval <= 0 or compute_time < 0 or eval_every <= 0:
-            raise ValueError("batch_interval, eval_every > 0; "
-                             "compute_time >= 0")
+        if not batch_interval > 0:
+            raise ValueError("batch_interval must be > 0")
+        r, s = check_run(compute_time, stragglers, duration, max_updates,
+                         target_loss, eval_every, monitor_lag,
+                         monitor_window, initial_rate)
         self.mode, self.tau_max = mode, tau_max
         self.aggregators, self.replica = aggregators, bool(replica)
         self.replica_aggregators, self.div_max = replica_aggregators, div_max
@@ -78,7 +63,32 @@ class RunConfig:
         return f"RunConfig({self.__dict__!r})"
 
 
-def _aggregators(value, name):
+def check_run(compute_time, stragglers, duration, max_updates, target_loss,
+              eval_every, monitor_lag, monitor_window, initial_rate,
+              max_name="max_updates"):
+    """The settings every training loop here shares, checked alike on
+    every rank before any message; returns ``stragglers`` as (r, s)."""
+    if duration is None and max_updates is None:
+        raise ValueError(f"give duration= (seconds) or {max_name}=")
+    if duration is not None and not 0 < duration < math.inf:
+        raise ValueError(f"duration must be > 0 seconds, got {duration!r}")
+    if max_updates is not None and _count(max_updates, max_name) < 1:
+        raise ValueError(f"{max_name} must be >= 1, got {max_updates}")
+    if target_loss is not None and math.isnan(target_loss):
+        raise ValueError("target_loss must be a number, got nan")
+    r, s = stragglers
+    if not 0 <= r <= 1 or not s >= 1:
+        raise ValueError("stragglers=(r, s): 0 <= r <= 1, s >= 1")
+    if not compute_time >= 0 or not eval_every > 0:
+        raise ValueError("eval_every > 0; compute_time >= 0")
+    if not monitor_lag >= 0 or not monitor_window > 0 or \
+            not 0 < initial_rate < math.inf:
+        raise ValueError("monitor_lag >= 0, monitor_window > 0 and "
+                         "0 < initial_rate < inf")
+    return float(r), float(s)
+
+
+def check_aggregators(value, name):
     """k (a whole number >= 0) or a list of distinct ranks."""
     if isinstance(value, (list, tuple)):
         ranks = [_count(r, name + " (ranks)") for r in value]
