@@ -35,7 +35,7 @@ class RunConfig:
                              ">= 1 (the relays that pass the copy on)")
         aggregators = check_aggregators(aggregators, "aggregators")
         replica_aggregators = check_aggregators(replica_aggregators,
-                                           "replica_aggregators")
+                                                "replica_aggregators")
         if tau_max is not None:
             tau_max = _count(tau_max, "tau_max")
             if tau_max < 1:
