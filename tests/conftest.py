@@ -177,8 +177,16 @@ def run_mpi(argv, n=2, timeout=60, env=None, cwd=ROOT):
     secs = time.monotonic() - t0
     if p.returncode != 0:
         # MPICH unlinks its shared-memory segment at a clean exit only: a
-        # job aborted on purpose left about 3 MB in /dev/shm per run
-        for name in _stale(_mpich_segments() - before):
+        # job aborted on purpose left about 3 MB in /dev/shm per run.  Its
+        # killed ranks may still be exiting, their segment still mapped:
+        # wait for them a little, then spare what is still in use
+        new, deadline = _mpich_segments() - before, time.monotonic() + 3
+        while True:
+            stale = _stale(new)
+            if stale == new or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        for name in stale:
             try:
                 os.unlink(os.path.join("/dev/shm", name))
             except OSError:

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from conftest import _stale, run_mpi
+from conftest import _mpich_segments, _stale, run_mpi
 
 FAILING_ON_ONE_RANK = '''
 import pytest
@@ -56,8 +56,11 @@ def run_pytest_under_mpiexec(tmp_path, name, text, n=3):
 
 
 def test_failure_on_one_rank_aborts_all_and_is_reported(tmp_path):
+    before = _mpich_segments()
     rc, out, err, secs = run_pytest_under_mpiexec(
         tmp_path, "test_one_rank_fails.py", FAILING_ON_ONE_RANK)
+    # the aborted job's shared-memory segment is gone, not left behind
+    assert not _stale(_mpich_segments() - before)
     assert rc not in (0, 124), (rc, out, err)      # 124: timed out (hung)
     assert secs < 45, f"took {secs:.0f} s: the other ranks were not aborted"
     # the last rank writes to its log, yet its failure reaches the console
