@@ -1,10 +1,9 @@
 """The test harness itself: under mpiexec only rank 0 writes to the
 console, the other ranks to per-rank log files; a failure on one rank
 aborts every rank at once and its report reaches the console."""
+import mmap
 import os
 import shutil
-
-import mmap
 import uuid
 
 import pytest

@@ -51,7 +51,7 @@ class RunConfig:
         self.aggregators, self.replica = aggregators, bool(replica)
         self.replica_aggregators, self.div_max = replica_aggregators, div_max
         self.batch_interval, self.compute_time = batch_interval, compute_time
-        self.stragglers = (float(r), float(s))
+        self.stragglers = (r, s)
         self.monitor_lag, self.monitor_window = monitor_lag, monitor_window
         self.initial_rate = float(initial_rate)
         self.duration, self.max_updates = duration, max_updates
