@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+import shm_segments
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: where ranks other than 0 write their output under mpiexec: LOGS/P<size>/
 #: rank<r>.log (tests/run.sh removes a run's logs when it passed)
@@ -170,62 +172,14 @@ def run_mpi(argv, n=2, timeout=60, env=None, cwd=ROOT):
     exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     if not os.path.exists(exe):
         exe = "mpiexec"
-    before = _mpich_segments()
+    before = shm_segments.segments()
     t0 = time.monotonic()
     p = subprocess.run(["timeout", str(timeout), exe, "-n", str(n)] + argv,
                        capture_output=True, text=True, env=e, cwd=cwd)
     secs = time.monotonic() - t0
-    if p.returncode != 0:
-        # MPICH unlinks its shared-memory segment at a clean exit only: a
-        # job aborted on purpose left about 3 MB in /dev/shm per run.  Its
-        # killed ranks may still be exiting, their segment still mapped:
-        # wait for them a little, then spare what is still in use
-        new, deadline = _mpich_segments() - before, time.monotonic() + 3
-        while True:
-            stale = _stale(new)
-            if stale == new or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        for name in stale:
-            try:
-                os.unlink(os.path.join("/dev/shm", name))
-            except OSError:
-                pass
+    if p.returncode != 0:    # a job aborted on purpose leaves its segment
+        shm_segments.clear_new(before)
     return p.returncode, p.stdout, p.stderr, secs
-
-
-def _mpich_segments():
-    try:
-        return {f for f in os.listdir("/dev/shm")
-                if f.startswith("mpich_shm_")}
-    except OSError:
-        return set()
-
-
-def _stale(names):
-    """Those of the /dev/shm segments ``names`` that no live process maps.
-
-    The job that made a segment has exited when this is asked; a segment
-    still mapped belongs to another job running beside this one (two test
-    suites at once) and is left alone.  (A segment another job has created
-    but not yet mapped is not told apart: a window of microseconds.)"""
-    names = set(names)
-    if not names:
-        return names
-    mapped = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                for line in f:
-                    i = line.find("/dev/shm/")
-                    if i >= 0:
-                        mapped.add(line[i + 9:].split(" (deleted)")[0]
-                                   .strip())
-        except OSError:                  # gone, or not ours to read
-            continue
-    return names - mapped
 
 
 @pytest.fixture

@@ -50,12 +50,17 @@ cd tests   # import the installed package, not the source tree
 echo "== single-process tests"
 timeout 600 pytest -q -m "not mpi" . || status=1
 rm -rf logs
+shm_before=$(mktemp)
+trap 'rm -f "$shm_before"' EXIT
 for n in 1 2 3 4 5 8; do
     echo "== MPI tests, P = $n (rank 0; ranks 1..$((n - 1)) write tests/logs/P$n/)"
+    python shm_segments.py list > "$shm_before"
     if timeout 300 mpiexec -n "$n" pytest -q --with-mpi -m mpi .; then
         rm -rf "logs/P$n"
     else
         status=1
+        # an aborted suite leaves MPICH's /dev/shm segment behind
+        python shm_segments.py clear "$shm_before"
         for log in logs/P"$n"/rank*.log; do
             [ -e "$log" ] || continue
             echo "---- the last 40 lines of tests/$log (kept)"

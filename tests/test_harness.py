@@ -8,7 +8,8 @@ import uuid
 
 import pytest
 
-from conftest import _mpich_segments, _stale, run_mpi
+from conftest import run_mpi
+from shm_segments import segments, stale
 
 FAILING_ON_ONE_RANK = '''
 import pytest
@@ -46,8 +47,9 @@ def test_passes_and_says_so(capsys):
 
 
 def run_pytest_under_mpiexec(tmp_path, name, text, n=3):
-    shutil.copy(os.path.join(os.path.dirname(__file__), "conftest.py"),
-                tmp_path / "conftest.py")
+    here = os.path.dirname(__file__)
+    for helper in ("conftest.py", "shm_segments.py"):
+        shutil.copy(os.path.join(here, helper), tmp_path / helper)
     (tmp_path / name).write_text(text)
     return run_mpi(["python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
                     "--with-mpi", "-m", "mpi", name],
@@ -55,11 +57,11 @@ def run_pytest_under_mpiexec(tmp_path, name, text, n=3):
 
 
 def test_failure_on_one_rank_aborts_all_and_is_reported(tmp_path):
-    before = _mpich_segments()
+    before = segments()
     rc, out, err, secs = run_pytest_under_mpiexec(
         tmp_path, "test_one_rank_fails.py", FAILING_ON_ONE_RANK)
     # the aborted job's shared-memory segment is gone, not left behind
-    assert not _stale(_mpich_segments() - before)
+    assert not stale(segments() - before)
     assert rc not in (0, 124), (rc, out, err)      # 124: timed out (hung)
     assert secs < 45, f"took {secs:.0f} s: the other ranks were not aborted"
     # the last rank writes to its log, yet its failure reaches the console
@@ -96,9 +98,42 @@ def test_segment_clean_up_spares_segments_still_mapped():
         try:
             m = mmap.mmap(f.fileno(), 4096)
             try:
-                assert _stale({name}) == set()
+                assert stale({name}) == set()
             finally:
                 m.close()
-            assert _stale({name}) == {name}
+            assert stale({name}) == {name}
         finally:
             os.unlink(path)
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_run_sh_clears_what_a_failed_suite_left(tmp_path):
+    """tests/run.sh lists the segments before each suite and, when the
+    suite fails, clears the new ones that no process maps."""
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(__file__), "shm_segments.py")
+    before = tmp_path / "before.txt"
+    before.write_text(subprocess.run([sys.executable, script, "list"],
+                                     capture_output=True, text=True,
+                                     check=True).stdout)
+    left, kept = (f"mpich_shm_pctest_{uuid.uuid4().hex}" for _ in range(2))
+    paths = [os.path.join("/dev/shm", n) for n in (left, kept)]
+    for p in paths:
+        with open(p, "wb") as f:
+            f.truncate(4096)
+    try:
+        with open(paths[1], "rb+") as f:
+            m = mmap.mmap(f.fileno(), 4096)
+            try:
+                out = subprocess.run([sys.executable, script, "clear",
+                                      str(before)], capture_output=True,
+                                     text=True, check=True).stdout
+            finally:
+                m.close()
+        assert out == f"removed /dev/shm/{left} (left by the failed run)\n"
+        assert not os.path.exists(paths[0]) and os.path.exists(paths[1])
+    finally:
+        for p in paths:
+            if os.path.exists(p):
+                os.unlink(p)
