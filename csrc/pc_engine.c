@@ -592,11 +592,19 @@ int pc_engine_wait(pc_sched *s, uint64_t upto, double timeout)
             continue;
         }
         idle++;
-        driver_pause(idle, us);
-        if (timeout >= 0 && (idle & 15) == 0 && pc_now() - t0 > timeout) {
-            rc = PC_ETIMEOUT;
-            break;
+        /* the deadline: looked at every 16th sweep while spinning, then at
+         * every pause, which never sleeps past it (a pause with nothing
+         * in flight is 0.1 s long) */
+        if (timeout >= 0 && (idle > SPIN_SWEEPS || (idle & 15) == 0)) {
+            double left = timeout - (pc_now() - t0);
+            if (left <= 0) {
+                rc = PC_ETIMEOUT;
+                break;
+            }
+            if (us > left * 1e6)
+                us = left * 1e6;
         }
+        driver_pause(idle, us);
     }
     if (atomic_fetch_sub(&E.drivers, 1) == 1)
         hand_back();

@@ -271,7 +271,7 @@ static PyObject *mod_constants(PyObject *m, PyObject *unused)
         {"D_ORDER", PC_D_ORDER}, {"D_VALUE", PC_D_VALUE},
         {"D_PSLOT", PC_D_PSLOT}, {"D_POFF", PC_D_POFF}, {"D_REF", PC_D_REF},
         {"D_ADD", PC_D_ADD}, {"D_PRSLOT", PC_D_PRSLOT},
-        {"D_PROFF", PC_D_PROFF},
+        {"D_PROFF", PC_D_PROFF}, {"NCLASS", NETEM_NCLASS},
         {"EINVAL", PC_EINVAL}, {"EBUSY", PC_EBUSY}, {"EMPI", PC_EMPI},
         {"ETIMEOUT", PC_ETIMEOUT}, {"ENOMEM", PC_ENOMEM},
         {"EFREED", PC_EFREED}, {"ETHREAD", PC_ETHREAD},

@@ -363,14 +363,17 @@ static int wait_upto(SchedObject *self, unsigned long long upto,
         return -1;
     }
     pc_sched_ref(s);
-    /* Wait in slices so that signals (Ctrl-C) are handled while blocked. */
-    double left = timeout;
+    /* Wait in slices so that signals (Ctrl-C) are handled while blocked;
+     * the deadline is on the clock, not a count of slices (a slice may
+     * overrun its 0.1 s). */
+    double deadline = timeout >= 0 ? pc_now() + timeout : HUGE_VAL;
     for (;;) {
-        double slice = (left >= 0 && left < 0.1) ? left : 0.1;
+        double left = deadline - pc_now();
+        double slice = left < 0.1 ? (left > 0 ? left : 0) : 0.1;
         Py_BEGIN_ALLOW_THREADS
         rc = pc_engine_wait(s, upto, slice);
         Py_END_ALLOW_THREADS
-        if (rc != PC_ETIMEOUT || (left >= 0 && (left -= slice) <= 0))
+        if (rc != PC_ETIMEOUT || pc_now() >= deadline)
             break;
         if (PyErr_CheckSignals() < 0) {
             pc_sched_unref(s);

@@ -9,6 +9,7 @@
  * (pc_engine_*), which calls back pc_sched_on_done / pc_sched_on_timer. */
 #include "pc_round.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,6 +264,12 @@ static int start_timed(pc_sched *s, int i)
     pc_op *op = &s->ops[i];
     op->t_ready = pc_now();
     double v = param_seconds(s, op);
+    if (!isfinite(v)) {     /* from a slot: NaN would never come due */
+        pc_sched_set_error(s, PC_EINVAL, "op %d: its %s read from its slot "
+                           "is %g, not a finite number", i,
+                           op->kind == PC_DELAY ? "seconds" : "time", v);
+        return PC_EINVAL;
+    }
     double when = op->kind == PC_DELAY ? op->t_ready + v : v;
     if (when <= op->t_ready) {
         pc_round_complete(s, i, PC_OC_OK);

@@ -68,6 +68,16 @@ static int parse_op(pc_sched *s, int i, const int64_t *d, int64_t ndeps,
 {
     pc_op *op = &s->ops[i];
     int rc = PC_OK, size = s->comm_size, nslots = s->nslots;
+    /* fields kept as int: a value outside int would wrap when cast (peer
+     * 2^32 + 1 would become 1) */
+    static const struct { int field; const char *name; } ints[] = {
+        {PC_D_PEER, "peer"}, {PC_D_TAG, "tag"}, {PC_D_PRIO, "priority"},
+        {PC_D_TCLASS, "traffic class"}, {PC_D_REF, "count_of"},
+        {PC_D_ADD, "add"}};
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
+        if (d[ints[k].field] < INT_MIN || d[ints[k].field] > INT_MAX)
+            FAIL(PC_EINVAL, "op %d: %s %lld does not fit in a C int", i,
+                 ints[k].name, (long long)d[ints[k].field]);
     op->kind = (int)d[PC_D_KIND];
     op->mode = (int)d[PC_D_MODE];
     op->flags = (int)d[PC_D_FLAGS];

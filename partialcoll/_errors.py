@@ -75,3 +75,23 @@ def require_thread_multiple():
             f"level {level}; set mpi4py.rc.thread_level = 'multiple' (the "
             f"default) before importing mpi4py.MPI")
     _thread_ok = True
+
+
+def check_comm(comm):
+    """``comm`` (None: ``MPI.COMM_WORLD``) if partialcoll can run on it;
+    otherwise a ScheduleError that says why.  Intercommunicators are
+    refused: every schedule addresses ranks of the local group."""
+    from mpi4py import MPI
+    if comm is None:
+        return MPI.COMM_WORLD
+    if not isinstance(comm, MPI.Comm):
+        raise ScheduleError(f"comm must be an mpi4py communicator, got "
+                            f"{type(comm).__name__}")
+    if comm == MPI.COMM_NULL:
+        raise ScheduleError("comm is MPI.COMM_NULL (or was freed): pass a "
+                            "valid communicator")
+    if comm.Is_inter():
+        raise ScheduleError("intercommunicators are not supported: merge it "
+                            "first (comm.Merge()) and pass the "
+                            "intracommunicator")
+    return comm

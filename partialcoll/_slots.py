@@ -53,6 +53,32 @@ def _ref(buf):
     raise ScheduleError(f"expected a Slot or slot[a:b], got {type(buf).__name__}")
 
 
+def _whole(value, what, lo=0, hi=2**31 - 1):
+    """``value`` as an int in [lo, hi] (the C core keeps it in a C int),
+    or a clear ScheduleError."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise ScheduleError(f"{what} must be an int, got {value!r}")
+    if not lo <= value <= hi:
+        raise ScheduleError(f"{what} must be in {lo}..{hi}, got {value}")
+    return int(value)
+
+
+def _wait_seconds(timeout):
+    """A wait's timeout for the C core: None (or inf) waits for ever (-1);
+    otherwise a number of seconds >= 0."""
+    if timeout is None:
+        return -1.0
+    try:
+        t = float(timeout)
+    except (TypeError, ValueError):
+        raise ScheduleError(f"timeout must be None or a number of seconds, "
+                            f"got {timeout!r}") from None
+    if not t >= 0:                       # negative or NaN
+        raise ScheduleError(f"timeout must be None or >= 0 seconds, got "
+                            f"{timeout!r}")
+    return -1.0 if t == float("inf") else t
+
+
 def _nanoseconds(seconds, what):
     try:
         t = float(seconds)
@@ -77,9 +103,15 @@ def _param(value, dtype, what):
                                 f"{np.dtype(dtype)} element, e.g. slot[i:i+1]")
         return (0 if dtype is np.float64 else -1), ref
     if dtype is np.float64:
-        if not isinstance(value, (int, float, np.integer, np.floating)):
+        if not isinstance(value, (int, float, np.integer, np.floating)) \
+                or isinstance(value, bool):
             raise ScheduleError(f"{what} must be a number or slot[i:i+1]")
-        return int(round(float(value) * 1e9)), None
+        v = float(value)
+        if not abs(v) <= 1e9 or (what == "seconds" and v < 0):
+            raise ScheduleError(f"{what} must be a finite number of seconds"
+                                f"{' >= 0' if what == 'seconds' else ''} "
+                                f"(at most 1e9), got {value!r}")
+        return int(round(v * 1e9)), None
     if not isinstance(value, (int, np.integer)) or value < 0:
         raise ScheduleError(f"{what} must be an int >= 0 or slot[i:i+1]")
     return int(value), None
@@ -99,7 +131,7 @@ def _priority(value):
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
         raise ScheduleError(f"priority must be an int or slot[i:i+1], got "
                             f"{value!r}")
-    return int(value), None
+    return _whole(value, "priority", -2**31, 2**31 - 1), None
 
 
 class RoundOutcomes:

@@ -15,17 +15,14 @@ import numbers
 from mpi4py import MPI
 
 from . import _comm
-from ._errors import ScheduleError
+from ._errors import ScheduleError, check_comm
 
 
 def control_comm(comm):
     """The control duplicate of ``comm`` (default ``MPI.COMM_WORLD``), after
     flushing the function forms that wait for this collective (collective
     the first time: it duplicates ``comm``)."""
-    comm = MPI.COMM_WORLD if comm is None else comm
-    if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
-        raise ScheduleError(f"comm must be an mpi4py communicator, not "
-                            f"{comm!r}")
+    comm = check_comm(comm)
     lc = _comm.library_comm(comm)
     lc.before_collective()
     return lc.ctl

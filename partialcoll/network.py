@@ -79,7 +79,7 @@ import re
 from mpi4py import MPI
 
 from . import _core, _env
-from ._errors import ScheduleError
+from ._errors import ScheduleError, check_comm
 
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "ki": 2 ** 10, "mi": 2 ** 20,
           "gi": 2 ** 30}
@@ -348,7 +348,7 @@ def enable(source, comm=None):
     must span); call it before any message is in flight.  ``source``: a
     TOML path or a dict (see the module docstring).  Returns the normalised
     description."""
-    comm = MPI.COMM_WORLD if comm is None else comm
+    comm = check_comm(comm)
     if comm.Get_size() != MPI.COMM_WORLD.Get_size():
         raise ScheduleError("the emulated network spans MPI_COMM_WORLD: "
                             "enable it collectively over COMM_WORLD")
@@ -365,7 +365,7 @@ def enable(source, comm=None):
 
 def disable(comm=None):
     """Back to plain MPI (collective, no message in flight)."""
-    comm = MPI.COMM_WORLD if comm is None else comm
+    comm = check_comm(comm)
     comm.Barrier()
     _core.set_network("")
     _state["config"] = None

@@ -48,10 +48,12 @@ from mpi4py import MPI
 
 from . import _core
 from . import _device
-from ._errors import ScheduleError, ScheduleFreedError, require_thread_multiple
+from ._errors import (ScheduleError, ScheduleFreedError, check_comm,
+                      require_thread_multiple)
 from .ops import OPS, as_op, check_op_dtype, dtype_code
 from ._slots import (DEVICE, HOST, OUTCOMES, BufRef, RoundOutcomes,  # noqa: F401
-                     Slot, _DataLock, _nanoseconds, _param, _priority, _ref)
+                     Slot, _DataLock, _nanoseconds, _param, _priority, _ref,
+                     _wait_seconds, _whole)
 
 SUM = OPS["SUM"]
 
@@ -59,6 +61,13 @@ _C = _core.constants()
 ALL, ANY, ATLEAST = _C["ALL"], _C["ANY"], _C["ATLEAST"]
 KIND_NAMES = _C["kinds"]            # op kind code -> name, from the C core
 _LIVE = weakref.WeakSet()          # every committed schedule, freed at exit
+
+
+def _address(peer, tag, traffic_class):
+    """A send's or receive's peer, tag and traffic class, checked (the peer
+    against the communicator's size when the schedule is committed)."""
+    return (_whole(peer, "peer"), _whole(tag, "tag"),
+            _whole(traffic_class, "traffic_class", 0, _C["NCLASS"] - 1))
 
 
 class Request:
@@ -73,8 +82,7 @@ class Request:
 
     def wait(self, timeout=None):
         """Block (GIL released) until the round completed; return its result."""
-        self._sched._core_sched().wait(
-            self._upto, -1.0 if timeout is None else float(timeout))
+        self._sched._core_sched().wait(self._upto, _wait_seconds(timeout))
         return self._result() if callable(self._result) else self._result
 
 
@@ -96,9 +104,7 @@ class Schedule:
 
     def __init__(self, comm=None, persistent=False, stamp_id=0, priority=0):
         require_thread_multiple()
-        self.comm = MPI.COMM_WORLD if comm is None else comm
-        if not isinstance(self.comm, MPI.Comm):
-            raise ScheduleError("comm must be an mpi4py communicator")
+        self.comm = check_comm(comm)
         self.persistent = bool(persistent)
         self.stamp_id = int(stamp_id) & 0xFFFFFFFFFFFFFFFF
         self.priority = int(priority)
@@ -192,6 +198,10 @@ class Schedule:
                                 f"buffers ({a} and {b})")
         priority, prio_param = _priority(self.priority if priority is None
                                          else priority)
+        for ref in (a, b, extra.get("param"), prio_param):
+            if ref is not None and (ref.slot.index >= len(self._slots) or
+                                    self._slots[ref.slot.index] is not ref.slot):
+                raise ScheduleError(f"{ref} is a buffer of another schedule")
         self._ops.append(dict(kind=kind, deps=[int(d) for d in deps], mode=mode,
                               optional=optional, stamped=stamped, a=a, b=b,
                               op=op, peer=int(peer), tag=int(tag),
@@ -231,6 +241,7 @@ class Schedule:
         ``traffic_class`` picks the emulated network's drop probability
         (:mod:`partialcoll.network`)."""
         a = None if stamped else _ref(buf)
+        peer, tag, traffic_class = _address(peer, tag, traffic_class)
         order, param = _param(order, np.int64, "order")
         if stamped and (order >= 0 or param is not None):
             raise ScheduleError("a stamped send cannot have an order")
@@ -256,6 +267,7 @@ class Schedule:
         nothing.  A message that arrives after its receive timed out is
         discarded (``stats["late"]``), never taken by a later round."""
         a = None if stamped else _ref(buf)
+        peer, tag, traffic_class = _address(peer, tag, traffic_class)
         if stamped and after:
             raise ScheduleError("a stamped receive cannot have dependencies")
         if stamped and timeout is not None:
@@ -364,6 +376,10 @@ class Schedule:
         check_op_dtype(op, dst.slot.dtype)
         if not dst.slot.writable:
             raise ScheduleError(f"reduction target {dst} is read-only")
+        if dst.slot is src.slot and dst.start < src.start + src.count and \
+                src.start < dst.start + dst.count:
+            raise ScheduleError(f"a reduction's buffers must not overlap "
+                                f"({dst} and {src}): copy the source first")
         return self._add(_C["REDUCE"], after, mode, optional, a=dst, b=src,
                          op=op, need=need, locked=locked)
 
@@ -504,14 +520,17 @@ class Schedule:
     def fire(self, trigger, round=None):
         """Fire a trigger op: banked when ``round`` is None, else only for
         that round (discarded if the round is over)."""
-        self._core_sched().fire(int(trigger), -1 if round is None else int(round))
+        self._core_sched().fire(
+            int(trigger), -1 if round is None else
+            _whole(round, "round", 0, 2**63 - 1))
 
     def wait(self, round=None, timeout=None):
         """Wait until round number ``round`` (0-based) has completed; the
         default is the last posted round.  Returns the rounds completed."""
         s = self._core_sched()
-        upto = s.posted if round is None else int(round) + 1
-        return s.wait(upto, -1.0 if timeout is None else float(timeout))
+        upto = s.posted if round is None else \
+            _whole(round, "round", 0, 2**63 - 2) + 1
+        return s.wait(upto, _wait_seconds(timeout))
 
     def test(self, round=None):
         s = self._core_sched()
@@ -534,8 +553,7 @@ class Schedule:
     def wait_gate(self, timeout=None):
         """Block (GIL released, no polling) until a :meth:`gate` op of this
         schedule is ready; returns ``(op, round)``.  Raises WaitTimeout."""
-        return self._core_sched().wait_gate(
-            -1.0 if timeout is None else float(timeout))
+        return self._core_sched().wait_gate(_wait_seconds(timeout))
 
     def open_gate(self, op, round):
         """Complete gate op ``op`` of round ``round`` (from wait_gate)."""

@@ -28,6 +28,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _comm, _core, _env
+from ._errors import check_comm
 from ._slots import OUTCOMES as _OUTCOMES
 
 _C = _core.constants()
@@ -105,7 +106,7 @@ def events():
 def write(path, comm=None):
     """Collective over ``comm`` (default COMM_WORLD): gather every rank's
     events and write one Chrome trace JSON at ``path`` on rank 0."""
-    comm = MPI.COMM_WORLD if comm is None else comm
+    comm = check_comm(comm)
     mine = raw()
     world = MPI.COMM_WORLD.Get_rank()
     everyone = comm.gather((world, mine.tobytes()), root=0)

@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 from .. import _arrays, _comm, _core, _device, _env
 from .._buffers import as_array
-from .._errors import (ScheduleBusyError, ScheduleError,
+from .._errors import (ScheduleBusyError, ScheduleError, check_comm,
                        require_thread_multiple)
 from ..ops import OPS, Op, as_op, check_op_dtype
 from ..schedule import Request, Schedule
@@ -186,9 +186,7 @@ def _unbind(core):
 
 def _prepare(sendbuf, recvbuf, op, comm):
     require_thread_multiple()
-    comm = MPI.COMM_WORLD if comm is None else comm
-    if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
-        raise ScheduleError("comm must be a valid mpi4py communicator")
+    comm = check_comm(comm)
     if sendbuf is MPI.IN_PLACE or (sendbuf is recvbuf and sendbuf is not None):
         if recvbuf is None:
             raise ScheduleError("MPI.IN_PLACE needs recvbuf")
@@ -229,9 +227,7 @@ def _device_of(sendbuf, recvbuf):
 
 def _prepare_device(be, sendbuf, recvbuf, op, comm):
     require_thread_multiple()
-    comm = MPI.COMM_WORLD if comm is None else comm
-    if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
-        raise ScheduleError("comm must be a valid mpi4py communicator")
+    comm = check_comm(comm)
     if sendbuf is MPI.IN_PLACE or sendbuf is recvbuf:
         if recvbuf is None:
             raise ScheduleError("MPI.IN_PLACE needs recvbuf")

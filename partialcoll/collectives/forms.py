@@ -29,10 +29,9 @@ first, or use the context manager around the loop.
 """
 import collections
 
-from mpi4py import MPI
 
 from .. import _arrays, _comm, _device
-from .._errors import ScheduleError
+from .._errors import ScheduleError, check_comm
 from ..ops import OPS, as_op
 from . import _rounds
 from ._result import PartialResult
@@ -91,7 +90,7 @@ def _merge(first, later, combine):
 
 
 def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
-    comm = MPI.COMM_WORLD if comm is None else comm
+    comm = check_comm(comm)
     data = _arrays.ingest(sendbuf, "sendbuf")
     mem = data.backend or _device.HOST
     device = data.backend and data.backend.device_id(data.array)
@@ -181,7 +180,7 @@ def _library_comms(comm):
     """[lc] of ``comm`` (or every live one when None)."""
     if comm is None:
         return _comm.live()
-    lc = _comm.find(comm)
+    lc = _comm.find(check_comm(comm))
     return [lc] if lc is not None else []
 
 

@@ -48,10 +48,9 @@ forever.  A message that comes after its receive gave up is discarded.
 import logging
 
 import numpy as np
-from mpi4py import MPI
 
 from .. import _comm
-from .._errors import ScheduleError
+from .._errors import ScheduleError, check_comm
 from ..ops import OPS
 from ..schedule import Schedule
 
@@ -114,7 +113,7 @@ class RPSAverage:
             raise ScheduleError("timeout must be a number of seconds > 0")
         if not isinstance(traffic_class, int) or not 0 <= traffic_class < 16:
             raise ScheduleError("traffic_class must be in 0..15")
-        comm = MPI.COMM_WORLD if comm is None else comm
+        comm = check_comm(comm)
         self.dtype, self.n = like.dtype, like.size
         self.seed, self.tclass = int(seed), traffic_class
         self.timeout = None if timeout is None else float(timeout)

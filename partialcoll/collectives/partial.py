@@ -9,10 +9,9 @@ a collective close, and a warning says so).
 import weakref
 
 import numpy as np
-from mpi4py import MPI
 
 from .. import _arrays, _device
-from .._errors import ScheduleError, require_thread_multiple
+from .._errors import ScheduleError, require_thread_multiple, check_comm
 from ..ops import OPS, as_op
 from . import _rounds
 from ._staging import check_compression, wire_dtype
@@ -37,7 +36,7 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
     backend = like.backend
     op = as_op(op)
     _arrays.check_op(op, like.dtype)
-    comm = MPI.COMM_WORLD if comm is None else comm
+    comm = check_comm(comm)
     if sync_every is not None and int(sync_every) < 1:
         raise ScheduleError("sync_every must be a positive integer or None")
     # What is deposited, reduced and accumulated, as allreduce stages it:

@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 from .. import _comm, _device
 from .._buffers import as_array
-from .._errors import ScheduleError
+from .._errors import ScheduleError, check_comm
 from ..collectives.allreduce import iallreduce
 from ..collectives.partial import (MajorityAllreduce, QuorumAllreduce,
                                    SoloAllreduce)
@@ -145,10 +145,7 @@ class EagerAverager:
                  priorities=None, partition_bytes=None, op="average",
                  predivide=1.0, agree=None, order=None, overlap=False,
                  compression=None):
-        comm = MPI.COMM_WORLD if comm is None else comm
-        if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
-            raise ScheduleError(f"comm must be an mpi4py communicator, "
-                                f"not {comm!r}")
+        comm = check_comm(comm)
         self.size, self.rank = comm.Get_size(), comm.Get_rank()
         self.mode = check_mode(mode, self.size)
         self.op = check_op(op)

@@ -28,7 +28,7 @@ import torch
 from mpi4py import MPI
 
 from .. import _comm
-from .._errors import ScheduleError
+from .._errors import ScheduleError, check_comm
 from .core import SYNC_MODES, AveragerFront, EagerAverager
 from .torch_accumulation import LocalSum
 from .torch_overlap import DEFAULT_BUCKET_BYTES, Overlap, hooks_available
@@ -495,7 +495,7 @@ def synchronize_model(model, comm=None):
     names, shapes or dtypes, raises ``partialcoll.ScheduleError`` on every
     rank.
     """
-    comm = MPI.COMM_WORLD if comm is None else comm
+    comm = check_comm(comm)
     for opt in _live_optimizers(comm):
         opt.flush()
     _comm.library_comm(comm).before_collective()    # flush function forms

@@ -52,10 +52,9 @@ import math
 import numbers
 
 import numpy as np
-from mpi4py import MPI
 
 from .. import _comm
-from .._errors import ScheduleError
+from .._errors import ScheduleError, check_comm
 from ..schedule import Schedule
 from . import plan as planner
 
@@ -140,7 +139,7 @@ class LoadBalancedAllreduce:
                                 "size_probe >= 1, min_probe an int >= 1, "
                                 "'auto' or None, 0 < threshold < 1, "
                                 "window >= 1, jump > 1")
-        comm = MPI.COMM_WORLD if comm is None else comm
+        comm = check_comm(comm)
         self.n, self.dtype, self.scheme = like.size, like.dtype, scheme
         self.slice_elems, self.num_probe = int(slice_elems), int(num_probe)
         self.size_probe, self.measure = int(size_probe), bool(measure)

@@ -20,6 +20,7 @@ when the run is over, so every worker stops after the same iteration.
 import numpy as np
 from mpi4py import MPI
 
+from .._errors import check_comm
 from ..schedule import Schedule
 from .allreduce import DynamicTreeAllreduce
 from .config import check_aggregators, check_run
@@ -89,7 +90,7 @@ def train_allreduce(model, optimizer, comm=None, algorithm="ring",
               target_loss, eval_every, monitor_lag, monitor_window,
               initial_rate, max_name="max_iterations")
     aggregators = check_aggregators(aggregators, "aggregators")
-    comm = MPI.COMM_WORLD if comm is None else comm
+    comm = check_comm(comm)
     roles = Roles(comm.size, replica)
     n_workers = len(roles.workers)       # the allreduce's ranks: 0..n-1
     for name, ranks in (("root", [] if root is None else [root]),

@@ -6,6 +6,7 @@ import math
 import numpy as np
 from mpi4py import MPI
 
+from .._errors import check_comm
 from .config import RunConfig
 from .optim import SGD
 from .roles import CTL, Roles, _ctl_messages
@@ -101,7 +102,7 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
     """
     cfg = RunConfig(mode=mode, **settings)
     optimizer = optimizer or SGD(0.1)
-    comm = MPI.COMM_WORLD if comm is None else comm
+    comm = check_comm(comm)
     roles = Roles(comm.size, cfg.replica)
     for name in ("aggregators", "replica_aggregators"):
         listed = getattr(cfg, name)
