@@ -194,6 +194,17 @@ void pc_sched_on_done(pc_sched *s, int64_t cookie, const pc_done *d)
         if (pc_tl_on && !d->send)
             pc_tl_op(PC_EV_DELIVERED, s, i, PC_OC_OK);
         pc_round_complete(s, i, PC_OC_OK);
+    } else if (s->reliable) {
+        /* told or silent: the transport knows; the collective cannot go on
+         * without the message */
+        atomic_fetch_add(d->outcome == PC_MSG_DROPPED ? &s->dropped
+                                                       : &s->swallowed, 1);
+        pc_sched_set_error(s, PC_EMPI, "op %d (receive from rank %d, tag "
+                           "%d) in round %llu: the message was lost on the "
+                           "emulated network, and this collective needs "
+                           "every message (send lossy traffic in a traffic "
+                           "class of its own)", i, op->peer, op->tag,
+                           (unsigned long long)s->round);
     } else if (d->outcome == PC_MSG_DROPPED) {
         atomic_fetch_add(&s->dropped, 1);
         if (pc_tl_on)

@@ -102,6 +102,7 @@ typedef struct {
      * seen_gen (netem_poll) */
     uint64_t seen_gen;
     double skip_until;
+    unsigned lossy;                 /* bit c: class c may lose a message */
 } netem;
 
 static netem *current;       /* the network in use (for the queries) */
@@ -661,6 +662,12 @@ static void netem_shutdown(pc_transport *tp)
     free(N);
 }
 
+unsigned pc_netem_lossy(void)
+{
+    netem *N = current;
+    return N ? N->lossy : 0;
+}
+
 int pc_netem_query(int rank, int nic, double t, double *rate, double *t0)
 {
     netem *N = current;
@@ -718,6 +725,14 @@ pc_transport *pc_netem_create(pc_transport *wire, const char *config,
     }
     if (attach(N, err, errlen) != 0)
         goto fail;
+    for (int c = 0; c < NETEM_NCLASS; c++) {
+        /* a drop on some pair, or tail drops of a low level's buffer */
+        int may = N->cfg.class_level[c] == 1 && isfinite(N->cfg.low_buffer);
+        for (int a = 0; a < N->P && !may; a++)
+            for (int b = 0; b < N->P && !may; b++)
+                may = a != b && netem_drop_p(&N->cfg, a, b, c) > 0;
+        N->lossy |= (unsigned)may << c;
+    }
     name_device_error();
     current = N;
     return &N->base;

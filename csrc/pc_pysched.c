@@ -302,10 +302,12 @@ static PyObject *do_post(SchedObject *self, int wake)
     return PyLong_FromUnsignedLongLong(atomic_load(&self->s->posted));
 }
 
+static int check_lossless(SchedObject *self);
+
 static PyObject *sched_post(SchedObject *self, PyObject *unused)
 {
     (void)unused;
-    if (pc_check_open(self))
+    if (pc_check_open(self) || check_lossless(self))
         return NULL;
     return do_post(self, 1);
 }
@@ -321,6 +323,38 @@ static PyObject *sched_set_tag_base(SchedObject *self, PyObject *args)
                         "round runs" : "tag base + largest tag reaches "
                         "MPI_TAG_UB (reserved for control messages)");
     Py_RETURN_NONE;
+}
+
+/* set_reliable(flag): a message the transport loses (an emulated network's
+ * drop, told or silent) fails the round with a transport error instead of
+ * ending its receive "dropped": for collectives that need every message. */
+static PyObject *sched_set_reliable(SchedObject *self, PyObject *args)
+{
+    int flag;
+    if (!PyArg_ParseTuple(args, "p", &flag) || pc_check_open(self))
+        return NULL;
+    self->s->reliable = flag;
+    self->s->classes = 0;
+    for (int i = 0; i < self->s->nops; i++)
+        if (self->s->ops[i].kind == PC_RECV && self->s->ops[i].tclass >= 0 &&
+            self->s->ops[i].tclass < 32)
+            self->s->classes |= 1u << self->s->ops[i].tclass;
+    Py_RETURN_NONE;
+}
+
+/* A reliable schedule cannot run on a network that may lose its messages:
+ * refused before anything is sent (the network's description is the same
+ * on every rank, so every rank refuses). */
+static int check_lossless(SchedObject *self)
+{
+    pc_sched *s = self->s;
+    if (!s->reliable || !(pc_netem_lossy() & s->classes))
+        return 0;
+    pc_raise(PC_EINVAL, "this collective needs every message, and the "
+             "emulated network in use may drop its traffic class (a drop "
+             "probability, or a low priority level's finite buffer): give "
+             "lossy traffic a traffic class of its own, or use RPSAverage");
+    return -1;
 }
 
 static PyObject *sched_fire(SchedObject *self, PyObject *args)
@@ -434,6 +468,8 @@ static PyObject *sched_run(SchedObject *self, PyObject *args)
         return NULL;
     if (!pc_sched_idle(self->s))
         return pc_raise(PC_EBUSY, "the schedule is running");
+    if (check_lossless(self))
+        return NULL;
     if (bind_slot(self, 0, send, 0) < 0 || bind_slot(self, 1, recv, 1) < 0)
         return NULL;
     int rc = pc_sched_set_tag_base(self->s, tag_base);
@@ -553,6 +589,8 @@ static PyMethodDef sched_methods[] = {
      "set_device(backend, ctx, stream, kernels)"},
     {"set_tag_base", (PyCFunction)sched_set_tag_base, METH_VARARGS,
      "set_tag_base(base)"},
+    {"set_reliable", (PyCFunction)sched_set_reliable, METH_VARARGS,
+     "set_reliable(flag): a lost message fails the round"},
     {"fire", (PyCFunction)sched_fire, METH_VARARGS, "fire(op, round=-1)"},
     {"wait", (PyCFunction)sched_wait, METH_VARARGS, "wait(upto, timeout=-1)"},
     {"test", (PyCFunction)sched_test, METH_VARARGS, "test(upto) -> bool"},

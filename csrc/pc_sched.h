@@ -237,6 +237,8 @@ struct pc_sched {
     int comm_size;
     int tag_base, max_tag, tag_ub;  /* tags of un-stamped ops are offset */
     uint64_t stamp_id;              /* carried by stamped messages */
+    int reliable;                   /* a lost message fails the round */
+    unsigned classes;               /* bit c: a receive of traffic class c */
     uint64_t serial;                /* process-local id (timeline) */
 
     /* shared between the application and the progress side */

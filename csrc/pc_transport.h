@@ -108,5 +108,9 @@ pc_transport *pc_netem_create(pc_transport *wire, const char *config,
 /* The emulated network's rate for a NIC (0 out, 1 in) at time t, and its
  * time zero; -1 when no network is in use. */
 int pc_netem_query(int rank, int nic, double t, double *rate, double *t0);
+/* Bit c set: the emulated network in use may lose a message of traffic
+ * class c (a drop probability on some pair, or a low level's finite
+ * buffer); 0 without one. */
+unsigned pc_netem_lossy(void);
 
 #endif

@@ -124,6 +124,8 @@ class Data:
 
 def ingest(obj, what="buffer"):
     """``obj`` as :class:`Data` (see the module docstring)."""
+    if obj is MPI.IN_PLACE:
+        raise ScheduleError(f"{what}: MPI.IN_PLACE is not a buffer here")
     if isinstance(obj, np.ndarray) or _device.backend_of(obj) is not None:
         return Data(obj, obj)
     if isinstance(obj, (list, tuple)) and obj and \

@@ -32,11 +32,24 @@ def as_array(buf, what="buffer"):
 
 def _from_spec(spec, what):
     dtype = dtlib.to_numpy_dtype(spec[-1])
-    raw = np.asarray(memoryview(spec[0])).reshape(-1).view(np.uint8) \
-        if not isinstance(spec[0], np.ndarray) else spec[0].reshape(-1).view(np.uint8)
+    base = spec[0] if isinstance(spec[0], np.ndarray) else \
+        np.asarray(memoryview(spec[0]))
+    if not base.flags.c_contiguous:      # reshape(-1) would copy it
+        raise ScheduleError(f"{what}: the buffer of an mpi4py buffer spec "
+                            "must be C-contiguous (use "
+                            "numpy.ascontiguousarray)")
+    raw = base.reshape(-1).view(np.uint8)
+    if raw.size % dtype.itemsize:
+        raise ScheduleError(f"{what}: {raw.size} bytes are not a whole "
+                            f"number of {dtype} elements")
     arr = raw.view(dtype)
     if len(spec) == 3:
-        count = int(spec[1])
+        count = spec[1]
+        if not isinstance(count, (int, np.integer)) or \
+                isinstance(count, bool) or count < 0:
+            raise ScheduleError(f"{what}: count must be an int >= 0, got "
+                                f"{count!r}")
+        count = int(count)
         if count > arr.size:
             raise ScheduleError(f"{what}: count {count} exceeds the buffer "
                                 f"({arr.size} elements)")

@@ -95,3 +95,16 @@ def check_comm(comm):
                             "first (comm.Merge()) and pass the "
                             "intracommunicator")
     return comm
+
+
+def check_int(value, what, lo=None, hi=None):
+    """``value`` as an int within [lo, hi] (None: unbounded), or a
+    ScheduleError naming ``what``: floats are refused, not truncated
+    (quorum=1.9 must not become 1)."""
+    import numbers
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise ScheduleError(f"{what} must be an int, got {value!r}")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        span = f"{'' if lo is None else lo}..{'' if hi is None else hi}"
+        raise ScheduleError(f"{what} must be in {span}, got {value}")
+    return int(value)

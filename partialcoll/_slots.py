@@ -3,7 +3,7 @@ them; the public names are re-exported there)."""
 import numpy as np
 
 from . import _core
-from ._errors import ScheduleError
+from ._errors import ScheduleError, check_int
 
 _C = _core.constants()
 HOST, DEVICE = _C["HOST"], _C["DEVICE"]
@@ -56,11 +56,7 @@ def _ref(buf):
 def _whole(value, what, lo=0, hi=2**31 - 1):
     """``value`` as an int in [lo, hi] (the C core keeps it in a C int),
     or a clear ScheduleError."""
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-        raise ScheduleError(f"{what} must be an int, got {value!r}")
-    if not lo <= value <= hi:
-        raise ScheduleError(f"{what} must be in {lo}..{hi}, got {value}")
-    return int(value)
+    return check_int(value, what, lo, hi)
 
 
 def _wait_seconds(timeout):

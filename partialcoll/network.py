@@ -92,7 +92,7 @@ def rate(value, what="rate"):
     """Bytes per second from '10 MB/s', '2.5 MiB/s', '1 Gb/s', a number, or
     'unlimited' (returns math.inf)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value <= 0:
+        if not value > 0:                # NaN too
             raise ScheduleError(f"{what} must be > 0, got {value!r}")
         return float(value)
     text = str(value).strip()
@@ -191,8 +191,9 @@ def _traces(cfg, P):
             raise ScheduleError(f"{where}: factors must be >= 0")
         probs = t.get("probabilities", [1 / len(values)] * len(values))
         if len(probs) != len(values) or \
-                any(not isinstance(p, (int, float)) or p < 0 for p in probs) \
-                or abs(sum(probs) - 1) > 1e-6:
+                any(not isinstance(p, (int, float)) or not p >= 0
+                    for p in probs) \
+                or not abs(sum(probs) - 1) <= 1e-6:
             raise ScheduleError(f"{where}: probabilities must be one per "
                                 "value, >= 0, summing to 1")
         out.append(dict(ranks=ranks, nic=nic,
@@ -229,11 +230,11 @@ def normalise(cfg, nranks):
                               f"[rank.{r}] {k}")
                          for k in ("out_rate", "in_rate")))
     for key in cfg.get("rank", {}):
-        if not key.isdigit() or int(key) >= P:
+        if not key.isdigit() or int(key) >= P or str(int(key)) != key:
             raise ScheduleError(f"[rank.{key}]: not a rank of 0..{P - 1}")
     classes, levels = {}, {}
     for key, t in cfg.get("class", {}).items():
-        if not key.isdigit() or int(key) >= 16:
+        if not key.isdigit() or int(key) >= 16 or str(int(key)) != key:
             raise ScheduleError(f"[class.{key}]: classes are 0..15")
         _check_keys(t, {"drop", "priority"}, f"[class.{key}]")
         if "drop" in t:
@@ -323,6 +324,9 @@ def load(source):
     """A description from a TOML path or a dict (not yet checked)."""
     if isinstance(source, dict):
         return source
+    if not isinstance(source, (str, os.PathLike)):
+        raise ScheduleError(f"a network is a dict or the path of a TOML "
+                            f"file, got {type(source).__name__}")
     import tomllib
     try:
         with open(source, "rb") as f:
@@ -381,6 +385,8 @@ def nic_rate(rank, nic="out", t=None):
     """The rate (bytes/s, inf when unlimited) the network gives rank's
     outgoing or incoming NIC at time t (default now; traces included), and
     the network's time zero (traces redraw at t0 + k * every)."""
+    if nic not in ("out", "in"):
+        raise ScheduleError(f"nic must be 'out' or 'in', got {nic!r}")
     return _core.network_rate(int(rank), {"out": 0, "in": 1}[nic],
                               _core.now() if t is None else float(t))
 

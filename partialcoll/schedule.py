@@ -100,12 +100,18 @@ class Schedule:
             dropped.  Collectives draw one at random per object.
         priority: the priority of every op added without one (a collective
             built at priority k puts all its messages there).
+        reliable: a message the emulated network loses (told or silent)
+            fails the round with :class:`TransportError` instead of ending
+            its receive ``dropped``: for schedules that need every message
+            (the library's allreduce and partial collectives set it).
+            Default False: the receive's outcome says what happened.
     """
 
-    def __init__(self, comm=None, persistent=False, stamp_id=0, priority=0):
+    def __init__(self, comm=None, persistent=False, stamp_id=0, priority=0,
+                 reliable=False):
         require_thread_multiple()
         self.comm = check_comm(comm)
-        self.persistent = bool(persistent)
+        self.persistent, self.reliable = bool(persistent), bool(reliable)
         self.stamp_id = int(stamp_id) & 0xFFFFFFFFFFFFFFFF
         self.priority = int(priority)
         self._ops = []          # dicts, in append order
@@ -456,6 +462,8 @@ class Schedule:
         self._sched = _core.Sched(desc, deps, len(self._slots),
                                   MPI._addressof(self.comm), self.persistent,
                                   self.comm, self.stamp_id)
+        if self.reliable:
+            self._sched.set_reliable(True)
         _LIVE.add(self)
         be = self._backend
         if be is not None:

@@ -28,7 +28,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _comm, _core, _env
-from ._errors import check_comm
+from ._errors import ScheduleError, check_comm
 from ._slots import OUTCOMES as _OUTCOMES
 
 _C = _core.constants()
@@ -50,6 +50,11 @@ def enable(path=None):
     """Start recording; ``path``: where the merged trace is written at exit
     (default: nowhere; read the events with :func:`events` or write them
     with :func:`write`)."""
+    if path is not None:                 # found out now, not at exit
+        where = os.path.dirname(os.path.abspath(os.fspath(path)))
+        if not os.path.isdir(where) or not os.access(where, os.W_OK):
+            raise ScheduleError(f"cannot write the timeline to {path!r}: "
+                                f"{where} is not a writable directory")
     _state["path"] = path if path is not None else _state["path"]
     _state["on"] = True
     _core.timeline_enable(True)

@@ -1,6 +1,8 @@
 """The three kinds of partial allreduce, by who may start a round (the
 activation, see :mod:`._rounds`): solo (any caller), majority (the rank
 drawn for the round) and quorum (k callers' arrivals at rank 0)."""
+import numbers
+
 from .._errors import ScheduleError
 from ._rounds import Rounds
 
@@ -48,9 +50,11 @@ class QuorumRounds(Rounds):
                              round=rnd)
 
     def _check_quorum(self, quorum):
-        if quorum is None or not 1 <= int(quorum) <= self.size:
-            raise ScheduleError(f"quorum must be between 1 and the number of "
-                                f"processes ({self.size}), got {quorum!r}")
+        if not isinstance(quorum, numbers.Integral) or \
+                isinstance(quorum, bool) or not 1 <= quorum <= self.size:
+            raise ScheduleError(f"quorum must be an int between 1 and the "
+                                f"number of processes ({self.size}), got "
+                                f"{quorum!r}")
         return int(quorum)
 
     def _build_activation(self, s, tags):

@@ -186,7 +186,7 @@ class Rounds:
         lc = self._lc
         stamp_id = lc.ctl.bcast(secrets.randbits(63) if rank == 0 else None)
         s = self._sched = Schedule(lc.comm, persistent=True, stamp_id=stamp_id,
-                                   priority=self.priority)
+                                   priority=self.priority, reliable=True)
         b = {k: s.buffer(v, name=k) for k, v in self._meta.items()}
         pend, idb, acc = (s.buffer(self._pending, name="pending"),
                           s.buffer(self._identity, name="identity"),

@@ -140,7 +140,7 @@ def _idle(core):
 
 def _build(lc, algo, count, dtype, op, inplace, device, priority=0):
     """A committed schedule for one signature, and its temporary bytes."""
-    s = Schedule(lc.comm, priority=priority)
+    s = Schedule(lc.comm, priority=priority, reliable=True)
     after = ()
     if device:
         s.use_device(*device)

@@ -29,6 +29,8 @@ first, or use the context manager around the loop.
 """
 import collections
 
+import numpy as np
+from mpi4py import MPI
 
 from .. import _arrays, _comm, _device
 from .._errors import ScheduleError, check_comm
@@ -91,12 +93,27 @@ def _merge(first, later, combine):
 
 def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
     comm = check_comm(comm)
+    if sendbuf is MPI.IN_PLACE:          # as comm.Allreduce(IN_PLACE, buf)
+        if recvbuf is None:
+            raise ScheduleError("MPI.IN_PLACE needs recvbuf")
+        sendbuf = recvbuf
     data = _arrays.ingest(sendbuf, "sendbuf")
     mem = data.backend or _device.HOST
     device = data.backend and data.backend.device_id(data.array)
     _device.flat_in_place(data.array, mem, device, "sendbuf", name)
     shape = data.shape
     op = as_op(op)
+    if recvbuf is not None:      # checked before the round: it would be lost
+        out = _arrays.ingest(recvbuf, "recvbuf")
+        flat = _device.flat_in_place(out.array, mem, device, "recvbuf", name)
+        if out.dtype is not data.dtype and out.dtype != data.dtype:
+            raise ScheduleError(f"recvbuf is {out.dtype}, sendbuf "
+                                f"{data.dtype}")
+        if flat.size != data.array.size:
+            raise ScheduleError(f"recvbuf has {flat.size} elements, sendbuf "
+                                f"{data.array.size}")
+        if isinstance(flat, np.ndarray) and not flat.flags.writeable:
+            raise ScheduleError("recvbuf is read-only")
     key = (kind, shape, str(data.dtype), op.name, mem.name, device,
            tuple(sorted(kw.items())))
     lc = _comm.library_comm(comm)
@@ -114,11 +131,6 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
     if form.held is not None:
         res, form.held = _merge(form.held, res, form.rounds._combine), None
     if recvbuf is not None:
-        out = _arrays.ingest(recvbuf, "recvbuf")
-        flat = _device.flat_in_place(out.array, mem, device, "recvbuf", name)
-        if out.dtype is not data.dtype and out.dtype != data.dtype:
-            raise ScheduleError(f"recvbuf is {out.dtype}, sendbuf "
-                                f"{data.dtype}")
         if _arrays.is_half(data.dtype):
             _arrays.narrow(res.data.reshape(-1), data.dtype, out=flat)
         else:
@@ -271,7 +283,9 @@ def solo_allreduce(sendbuf, recvbuf=None, op=SUM, comm=None):
     """Solo allreduce for mpi4py programs: reuses one persistent
     :class:`SoloAllreduce` per (comm, shape, dtype, op) (see the module
     docstring for flushing, closing and the cache).  Returns a
-    :class:`PartialResult` (``recvbuf``, if given, receives ``res.data``).
+    :class:`PartialResult` (``recvbuf``, if given, receives ``res.data``;
+    ``sendbuf=MPI.IN_PLACE`` takes the contribution from ``recvbuf``, as
+    ``comm.Allreduce`` does).
 
     Example::
 

@@ -50,7 +50,7 @@ import logging
 import numpy as np
 
 from .. import _comm
-from .._errors import ScheduleError, check_comm
+from .._errors import ScheduleError, check_comm, check_int
 from ..ops import OPS
 from ..schedule import Schedule
 
@@ -110,13 +110,15 @@ class RPSAverage:
             raise ScheduleError(f"RPSAverage averages float arrays, not "
                                 f"{like.dtype}")
         if timeout is not None and not float(timeout) > 0:
-            raise ScheduleError("timeout must be a number of seconds > 0")
-        if not isinstance(traffic_class, int) or not 0 <= traffic_class < 16:
-            raise ScheduleError("traffic_class must be in 0..15")
+            raise ScheduleError(f"timeout must be None or a number of "
+                                f"seconds > 0 (inf: none), got {timeout!r}")
+        seed = check_int(seed, "seed", 0)
+        traffic_class = check_int(traffic_class, "traffic_class", 0, 15)
         comm = check_comm(comm)
         self.dtype, self.n = like.dtype, like.size
         self.seed, self.tclass = int(seed), traffic_class
-        self.timeout = None if timeout is None else float(timeout)
+        self.timeout = None if timeout is None or \
+            float(timeout) == float("inf") else float(timeout)
         lc = self._lc = _comm.library_comm(comm)
         lc.before_collective()
         mine = {"collective": "RPSAverage", "n": self.n,

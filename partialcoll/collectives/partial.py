@@ -9,9 +9,11 @@ a collective close, and a warning says so).
 import weakref
 
 import numpy as np
+from mpi4py import MPI
 
 from .. import _arrays, _device
-from .._errors import ScheduleError, require_thread_multiple, check_comm
+from .._errors import (ScheduleError, check_comm, check_int,
+                       require_thread_multiple)
 from ..ops import OPS, as_op
 from . import _rounds
 from ._staging import check_compression, wire_dtype
@@ -28,6 +30,9 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
     """Check the arguments and make the state of a partial allreduce object
     (:class:`._rounds.Rounds`) shaped like ``like`` (collective)."""
     require_thread_multiple()
+    if like is MPI.IN_PLACE:
+        raise ScheduleError(f"{name}: MPI.IN_PLACE is not a buffer here "
+                            "(pass an array like the contributions)")
     if not isinstance(like, _arrays.Data):
         like = _arrays.ingest(like if hasattr(like, "__dlpack__") or
                               _device.backend_of(like) is not None or
@@ -37,8 +42,10 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
     op = as_op(op)
     _arrays.check_op(op, like.dtype)
     comm = check_comm(comm)
-    if sync_every is not None and int(sync_every) < 1:
-        raise ScheduleError("sync_every must be a positive integer or None")
+    if sync_every is not None:
+        sync_every = check_int(sync_every, "sync_every", 1)
+    seed = check_int(seed, "seed", 0)
+    priority = check_int(priority, "priority", -2**31, 2**31 - 1)
     # What is deposited, reduced and accumulated, as allreduce stages it:
     # 16-bit floats in float32, rounded once when a result is delivered
     # (see deliver); under compression floating data in float16, widened
@@ -97,6 +104,10 @@ class PartialAllreduce:
     def __init__(self, like, op=SUM, comm=None, catch_up=True, sync_every=None,
                  *, quorum=None, seed=0, algorithm=None, priority=0,
                  compression=None):
+        if self.kind is None:
+            raise TypeError("PartialAllreduce is the base class: make a "
+                            "SoloAllreduce, MajorityAllreduce or "
+                            "QuorumAllreduce")
         self._rounds = make_rounds(self.kind, type(self).__name__, like, op,
                                    comm, catch_up, sync_every, quorum, seed,
                                    algorithm, priority, compression)

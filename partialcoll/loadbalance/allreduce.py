@@ -139,6 +139,16 @@ class LoadBalancedAllreduce:
                                 "size_probe >= 1, min_probe an int >= 1, "
                                 "'auto' or None, 0 < threshold < 1, "
                                 "window >= 1, jump > 1")
+        if not isinstance(lead, numbers.Real) or isinstance(lead, bool) or \
+                not 0 <= lead <= 60:
+            raise ScheduleError(f"lead must be a number of seconds in "
+                                f"[0, 60], got {lead!r}")
+        if scheme == "oracle":
+            from .. import network
+            if network.current() is None:    # the same on every rank
+                raise ScheduleError("the oracle scheme plans with the "
+                                    "emulated network's true rates: enable "
+                                    "one first (partialcoll.network.enable)")
         comm = check_comm(comm)
         self.n, self.dtype, self.scheme = like.size, like.dtype, scheme
         self.slice_elems, self.num_probe = int(slice_elems), int(num_probe)
@@ -298,19 +308,30 @@ class LoadBalancedAllreduce:
         gathered = ctl.gather(reports, root=0)
         shares = None
         if self.rank == 0:
-            allrep = {k: v for part in gathered for k, v in part.items()}
-            self.rates["reports"] = allrep
-            if allrep:
-                held, self._floors, bound = planner.held_estimates(
-                    allrep, self._floors, self.size, self.jump)
-                self.rates["bound"] = bound
-                out, inn = self._follow(held)
-                self.rates["S"] = planner.node_throughput(out, inn)
-                self.rates["out"], self.rates["in"] = out, inn
-                self.rates["links"] = planner.link_rates(allrep)
-            shares = (self._shares(), _now() + self.lead)
-        self.shares, self._go = ctl.bcast(shares, root=0)
+            try:
+                shares = self._plan_next(gathered)
+            except Exception as e:       # every rank raises, none waits
+                shares = ScheduleError(f"planning the next call failed on "
+                                       f"rank 0: {e}")
+        shares = ctl.bcast(shares, root=0)
+        if isinstance(shares, Exception):
+            raise shares
+        self.shares, self._go = shares
         self.rates = ctl.bcast(self.rates, root=0)
+
+    def _plan_next(self, gathered):
+        """Rank 0: the next call's shares and start from the reports."""
+        allrep = {k: v for part in gathered for k, v in part.items()}
+        self.rates["reports"] = allrep
+        if allrep:
+            held, self._floors, bound = planner.held_estimates(
+                allrep, self._floors, self.size, self.jump)
+            self.rates["bound"] = bound
+            out, inn = self._follow(held)
+            self.rates["S"] = planner.node_throughput(out, inn)
+            self.rates["out"], self.rates["in"] = out, inn
+            self.rates["links"] = planner.link_rates(allrep)
+        return self._shares(), _now() + self.lead
 
     def _follow(self, estimates):
         """Each NIC's record after this call's (out, in) estimates; the
