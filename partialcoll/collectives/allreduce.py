@@ -306,6 +306,12 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
             float data travels as float16, at float16's precision, and
             comes back in its own dtype.
 
+    As with ``MPI_Allreduce``, every rank must pass the same count, dtype,
+    op and algorithm: a one-shot call does not spend a message to check
+    (a mismatch can hang or give wrong data, as in MPI).  The persistent
+    objects (:class:`SoloAllreduce` and the others) do check, once, when
+    made.
+
     The buffers must stay untouched until ``wait()`` returns (or ``test()``
     says True); from then on partialcoll holds no reference to them.
 
