@@ -211,6 +211,38 @@ def test_simulate_counts_N_C_and_T():
     assert planner.simulate(g, {"recv2": 0, "recv1": 1}) == (6.0, 2.0, 4.0)
 
 
+@pytest.mark.parametrize("order, error, match", [
+    ({"recv1": 0}, ValueError, "leaves out"),                # incomplete
+    ({"recv1": 0, "recv2": 1, "op1": 2}, ValueError, "compute op"),
+    ({"recv1": 0, "recv2": 1, "recv3": 2}, ValueError, "no op named"),
+    ({"recv1": 0, 0: 1}, ValueError, "twice"),
+    ({"recv1": 0, "recv2": float("nan")}, ValueError, "real number"),
+    (["recv1", "recv2"], TypeError, "dict")])
+def test_simulate_refuses_an_order_that_is_not_the_receives(order, error,
+                                                            match):
+    """A missing receive counted as arrived at 0, a compute op in the
+    order as a transfer: silently wrong times before."""
+    with pytest.raises(error, match=match):
+        planner.simulate(figure_1a(1.0, 2.0), order)
+
+
+def test_simulate_takes_receive_indices():
+    g = figure_1a(1.0, 2.0)
+    assert planner.simulate(g, {0: 0, 1: 1}) == (5.0, 2.0, 4.0)
+
+
+@pytest.mark.parametrize("deps, error", [([0.7], TypeError),
+                                         ("w", TypeError),
+                                         ([True], TypeError), (3, TypeError)])
+def test_compute_deps_must_be_a_list_of_ops(deps, error):
+    """deps=[0.7] became op 0; deps="w" a list of letters."""
+    g = Graph()
+    g.recv("w")
+    with pytest.raises(error, match="deps|index"):
+        g.compute("x", 1.0, deps)
+    assert len(g.ops) == 1
+
+
 def test_graph_misuse_is_refused():
     g = Graph()
     g.recv("w")

@@ -139,3 +139,44 @@ def test_tictac_benchmark_short_run(tmp_path):
     for r in rows:
         assert r["out_of_order_%"] == 0 and r["rho_measured"] > 0.5, r
     assert {t["target"] for t in tictac.targets(rows)}
+
+
+@pytest.mark.skipif(P < 2, reason="a PS and a worker")
+@pytest.mark.parametrize("iterations", [0, -1, 1.5, True])
+def test_bad_iterations_refused_everywhere(iterations):
+    """iterations=0 gave a false AssertionError on workers and hung the
+    PS; -1 waited out the timeout: refused on every rank at once."""
+    model = ps.WorkerModel(chain_model(n=3), payload_bytes=240)
+    with pytest.raises(ValueError, match="iterations"):
+        ps.run(COMM, model, lambda w, it: [0, 1, 2], iterations, timeout=5.0)
+
+
+@pytest.mark.skipif(P < 2, reason="a PS and a worker")
+@pytest.mark.parametrize("bad, match", [
+    (lambda w, it: [0, 0, 1], "not a permutation"),
+    (lambda w, it: [0, 1], "not a permutation"),
+    (lambda w, it: "abc", "not a permutation"),
+    (lambda w, it: 1 / 0, "ZeroDivisionError")])
+def test_bad_order_refused_on_every_rank_at_once(bad, match):
+    """A wrong order from the second iteration on, for the last worker:
+    every rank raises before anything is sent (workers waited out the
+    whole timeout), and a later run still works."""
+    import time
+    model = ps.WorkerModel(chain_model(n=3), payload_bytes=240)
+
+    def order_for(w, it):
+        return bad(w, it) if (w, it) == (P - 1, 1) else [2, 1, 0]
+
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match=match):
+        ps.run(COMM, model, order_for, iterations=2, timeout=30.0)
+    assert time.monotonic() - t0 < 10
+    res = ps.run(COMM, model, lambda w, it: [2, 1, 0], iterations=1)
+    assert (res is not None) == (COMM.rank == 0)
+
+
+@pytest.mark.skipif(P < 2, reason="a PS and a worker")
+def test_ps_rank_outside_the_communicator_refused():
+    model = ps.WorkerModel(chain_model(n=3), payload_bytes=240)
+    with pytest.raises(ValueError, match="ps"):
+        ps.run(COMM, model, lambda w, it: [0, 1, 2], 1, ps=P)

@@ -1,8 +1,12 @@
-"""Shared helpers of the benchmarks: size parsing, cross-rank statistics,
+"""Shared helpers of the benchmarks: size parsing, argparse types that
+refuse bad values up front (on every rank alike, before any message: one
+rank raising mid-run left the others waiting), cross-rank statistics,
 table/CSV/JSON output, progress bar on rank 0."""
+import argparse
 import contextlib
 import csv
 import json
+import math
 import os
 import sys
 
@@ -17,6 +21,93 @@ def parse_size(text):
     if t and t[-1] in mult:
         return int(float(t[:-1]) * mult[t[-1]])
     return int(t)
+
+
+def whole(low):
+    """argparse type: a whole number >= ``low`` (``whole(1)`` for counts
+    of iterations, steps, repeats; ``whole(0)`` for warm-up, seeds)."""
+    def parse(text):
+        try:
+            n = int(text)
+        except ValueError:
+            n = None
+        if n is None or n < low:
+            raise argparse.ArgumentTypeError(
+                f"a whole number >= {low}, not {text!r}")
+        return n
+    parse.__name__ = f"whole number >= {low}"
+    return parse
+
+
+def real(low, positive=False):
+    """argparse type: a finite number >= ``low`` (> ``low`` with
+    ``positive``); NaN and infinities are refused."""
+    def parse(text):
+        try:
+            x = float(text)
+        except ValueError:
+            x = math.nan
+        if not math.isfinite(x) or x < low or (positive and x == low):
+            raise argparse.ArgumentTypeError(
+                f"a finite number {'>' if positive else '>='} {low}, "
+                f"not {text!r}")
+        return x
+    parse.__name__ = "number"
+    return parse
+
+
+def byte_size(text):
+    """argparse type: a size in bytes > 0 ('8', '4K', '1M'); returns the
+    text (the benchmark parses it with :func:`parse_size`)."""
+    try:
+        n = parse_size(text)
+    except ValueError:
+        n = None
+    if n is None or n < 1:
+        raise argparse.ArgumentTypeError(
+            f"a size in bytes > 0 (K/M/G suffixes), not {text!r}")
+    return text
+
+
+def listed(item):
+    """argparse type: a comma-separated list whose every entry ``item``
+    (an argparse type) accepts; returns the text as given (the benchmark
+    splits it), so a bad entry is refused before the run."""
+    def parse(text):
+        entries = [t for t in text.split(",") if t.strip()]
+        if not entries:
+            raise argparse.ArgumentTypeError("an empty list")
+        for t in entries:
+            item(t.strip())
+        return text
+    parse.__name__ = "list"
+    return parse
+
+
+def one_of(names):
+    """argparse type: a comma-separated list of keys of ``names``."""
+    def parse(text):
+        for t in text.split(","):
+            if t not in names:
+                raise argparse.ArgumentTypeError(
+                    f"{t!r} is not one of {', '.join(sorted(names))}")
+        return text
+    parse.__name__ = "list"
+    return parse
+
+
+def writable(path):
+    """argparse type of an output file (--csv, --json, --plot): its
+    directory must exist and be writable now, so a long run's results are
+    not lost at the end."""
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(
+            f"cannot write {path!r}: no directory {folder!r}")
+    if os.path.isdir(path) or not os.access(folder, os.W_OK) or \
+            (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"cannot write {path!r}")
+    return path
 
 
 def fmt_size(n):

@@ -32,17 +32,19 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import auto_or_count, cli, emit, progress, pyplot, save_plot
+from ._common import (
+    auto_or_count, cli, emit, listed, progress, pyplot, real, save_plot,
+    whole, writable)
 
 
 def add_args(p):
-    p.add_argument("--mbytes", type=float, default=4.0,
+    p.add_argument("--mbytes", type=real(0, True), default=4.0,
                    help="gradient per rank, MB of float32 (default 4)")
-    p.add_argument("--low", type=float, default=2.0, help="MB/s (2)")
-    p.add_argument("--high", type=float, default=25.0, help="MB/s (25)")
-    p.add_argument("--every", type=float, default=10.0,
+    p.add_argument("--low", type=real(0, True), default=2.0, help="MB/s (2)")
+    p.add_argument("--high", type=real(0, True), default=25.0, help="MB/s (25)")
+    p.add_argument("--every", type=real(0, True), default=10.0,
                    help="seconds between rate redraws (10)")
-    p.add_argument("--redraws", type=int, default=10)
+    p.add_argument("--redraws", type=whole(1), default=10)
     p.add_argument("--latency", default="1 ms")
     p.add_argument("--message-overhead", default="0",
                    help="the emulated network's per-message cost (e.g. "
@@ -50,7 +52,7 @@ def add_args(p):
                         "before its bytes move; default 0: the model "
                         "charges nothing per message, and what small "
                         "slices cost is the ranks' own work per message)")
-    p.add_argument("--slice", type=int, default=30_000,
+    p.add_argument("--slice", type=whole(1), default=30_000,
                    help="elements per slice for the schemes (default "
                         "30,000: the flat bottom of the measured U for a "
                         "4 MB gradient at 8 ranks; the paper's 1.2e5, the "
@@ -62,19 +64,19 @@ def add_args(p):
                         "below its probes (default 'auto', the library's: "
                         "slice // 12; 0: every probe has 10,000 elements, as "
                         "in the paper)")
-    p.add_argument("--sweep", default="1000,3000,10000,30000,120000,"
+    p.add_argument("--sweep", type=listed(whole(1)), default="1000,3000,10000,30000,120000,"
                                       "300000,1000000",
                    help="slice sizes for the U-shape ('' to skip)")
-    p.add_argument("--sweep-iters", type=int, default=8)
+    p.add_argument("--sweep-iters", type=whole(1), default=8)
     p.add_argument("--schemes", default="average,aware,oracle",
                    help="comma-separated ('' for the slice sweep alone)")
-    p.add_argument("--settle", type=float, default=3.0,
+    p.add_argument("--settle", type=real(0), default=3.0,
                    help="seconds after a redraw before accuracy counts")
-    p.add_argument("--overhead-iters", type=int, default=12)
-    p.add_argument("--seed", type=int, default=3)
-    p.add_argument("--csv")
-    p.add_argument("--json")
-    p.add_argument("--plot", help="PNG: throughput over time, and the "
+    p.add_argument("--overhead-iters", type=whole(0), default=12)
+    p.add_argument("--seed", type=whole(0), default=3)
+    p.add_argument("--csv", type=writable)
+    p.add_argument("--json", type=writable)
+    p.add_argument("--plot", type=writable, help="PNG: throughput over time, and the "
                                   "slice sweep")
 
 
@@ -189,6 +191,9 @@ def overhead(args, comm, scheme="average"):
 
 
 def run(args, comm=MPI.COMM_WORLD):
+    if args.low > args.high:        # every rank alike, before any message
+        raise SystemExit(f"--low ({args.low:g} MB/s) must not exceed --high "
+                         f"({args.high:g} MB/s)")
     duration = args.every * args.redraws
     rows, curves, slices, acc = [], {}, [], []
     if args.sweep:

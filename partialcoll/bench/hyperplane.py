@@ -17,32 +17,32 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from ._common import cli, emit
+from ._common import cli, emit, listed, real, whole, writable
 from ._train import (add_curves, check_modes, one_random_rank, plot_curves,
                      run_mode, summary_rows)
 
 
 def add_args(p):
-    p.add_argument("--dim", type=int, default=8192)
-    p.add_argument("--batch", type=int, default=2048,
+    p.add_argument("--dim", type=whole(1), default=8192)
+    p.add_argument("--batch", type=whole(1), default=2048,
                    help="total batch over all ranks (default 2048)")
-    p.add_argument("--train-samples", type=int, default=32768,
+    p.add_argument("--train-samples", type=whole(1), default=32768,
                    help="training set size (default 32768: 16 steps/epoch)")
-    p.add_argument("--val-samples", type=int, default=2048)
-    p.add_argument("--steps", type=int, default=96)
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--noise", type=float, default=2.0,
+    p.add_argument("--val-samples", type=whole(1), default=2048)
+    p.add_argument("--steps", type=whole(1), default=96)
+    p.add_argument("--lr", type=real(0, True), default=0.1)
+    p.add_argument("--noise", type=real(0), default=2.0,
                    help="label noise sigma (best MSE = sigma^2; default 2)")
-    p.add_argument("--delays", default="200,300,400",
+    p.add_argument("--delays", type=listed(real(0)), default="200,300,400",
                    help="injected delays in ms, comma-separated")
     p.add_argument("--modes", default="sync,solo,majority",
                    help="sync, solo, majority or an integer quorum")
     p.add_argument("--framework", choices=["numpy", "torch"], default="numpy")
-    p.add_argument("--eval-every", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--csv")
-    p.add_argument("--json")
-    p.add_argument("--plot", help="write a PNG of validation MSE vs time")
+    p.add_argument("--eval-every", type=whole(1), default=4)
+    p.add_argument("--seed", type=whole(0), default=0)
+    p.add_argument("--csv", type=writable)
+    p.add_argument("--json", type=writable)
+    p.add_argument("--plot", type=writable, help="write a PNG of validation MSE vs time")
 
 
 class Hyperplane:

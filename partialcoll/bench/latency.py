@@ -23,29 +23,29 @@ from mpi4py import MPI
 import partialcoll as pc
 
 from ._common import (Buffers, across_ranks, add_device_arg, cli, emit,
-                      progress, pyplot, save_plot)
+                      progress, pyplot, real, save_plot, whole, writable)
 
 IMPLS = ("MPI_Allreduce", "allreduce", "majority", "quorum", "solo", "nccl")
 DEFAULT_IMPLS = IMPLS[:-1]
 
 
 def add_args(p):
-    p.add_argument("--iters", type=int, default=64)
-    p.add_argument("--warmup", type=int, default=4, help="untimed calls first")
-    p.add_argument("--step-ms", type=float, default=1.0,
+    p.add_argument("--iters", type=whole(1), default=64)
+    p.add_argument("--warmup", type=whole(0), default=4, help="untimed calls first")
+    p.add_argument("--step-ms", type=real(0), default=1.0,
                    help="skew step in milliseconds (default 1)")
     p.add_argument("--skew", choices=["linear", "random"], default="linear")
-    p.add_argument("--count", type=int, default=1,
+    p.add_argument("--count", type=whole(1), default=1,
                    help="float32 elements per call (default 1)")
-    p.add_argument("--quorum", type=int, default=None,
+    p.add_argument("--quorum", type=whole(1), default=None,
                    help="k of the quorum allreduce (default P/2)")
     p.add_argument("--impls", default=None,
                    help=f"comma-separated subset of {','.join(IMPLS)} "
                         f"(default: all; nccl only with --device gpu)")
     add_device_arg(p)
-    p.add_argument("--csv")
-    p.add_argument("--json")
-    p.add_argument("--plot", help="write a PNG (needs matplotlib)")
+    p.add_argument("--csv", type=writable)
+    p.add_argument("--json", type=writable)
+    p.add_argument("--plot", type=writable, help="write a PNG (needs matplotlib)")
 
 
 def _skews(args, comm, n):

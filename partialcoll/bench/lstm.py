@@ -19,7 +19,7 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from ._common import cli, emit
+from ._common import cli, emit, real, whole, writable
 from ._train import (add_curves, check_modes, plot_curves, run_mode,
                      summary_rows, time_to)
 
@@ -28,30 +28,30 @@ UCF_MIN, UCF_MEDIAN, UCF_MAX = 29, 167, 1776
 
 
 def add_args(p):
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--features", type=int, default=32,
+    p.add_argument("--classes", type=whole(2), default=10)
+    p.add_argument("--features", type=whole(1), default=32,
                    help="features per frame (default 32)")
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--batch", type=int, default=128,
+    p.add_argument("--hidden", type=whole(1), default=64)
+    p.add_argument("--batch", type=whole(1), default=128,
                    help="total batch over all ranks (default 128, as the paper)")
-    p.add_argument("--train-samples", type=int, default=4096)
-    p.add_argument("--test-samples", type=int, default=512)
-    p.add_argument("--epochs", type=float, default=4.0)
-    p.add_argument("--length-scale", type=float, default=0.25,
+    p.add_argument("--train-samples", type=whole(1), default=4096)
+    p.add_argument("--test-samples", type=whole(1), default=512)
+    p.add_argument("--epochs", type=real(0, True), default=4.0)
+    p.add_argument("--length-scale", type=real(0, True), default=0.25,
                    help="multiply UCF101-like lengths (29..1776, median "
                         "167) by this (default 0.25)")
-    p.add_argument("--noise", type=float, default=3.0,
+    p.add_argument("--noise", type=real(0), default=3.0,
                    help="per-frame noise (default 3: one frame says little)")
-    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--lr", type=real(0, True), default=0.01)
     p.add_argument("--modes", default="sync,solo,majority")
     p.add_argument("--target", type=float, default=None,
                    help="accuracy for time-to-accuracy (default: 0.95 x "
                         "sync's final test accuracy)")
-    p.add_argument("--eval-every", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--csv")
-    p.add_argument("--json")
-    p.add_argument("--plot", help="write a PNG of test accuracy vs time")
+    p.add_argument("--eval-every", type=whole(1), default=8)
+    p.add_argument("--seed", type=whole(0), default=0)
+    p.add_argument("--csv", type=writable)
+    p.add_argument("--json", type=writable)
+    p.add_argument("--plot", type=writable, help="write a PNG of test accuracy vs time")
 
 
 def lengths(n, scale, rng):

@@ -45,7 +45,9 @@ from mpi4py import MPI
 import partialcoll as pc
 from ..mlfabric import (SGD, SoftmaxRegression, TanhMLP, train,
                         train_allreduce)
-from ._common import auto_or_count, cli, emit, limit_blas, save_plot
+from ._common import (
+    auto_or_count, cli, emit, limit_blas, listed, one_of, real,
+    save_plot, whole, writable)
 
 FACTORS = [1, 2.5, 3.3, 5, 10]
 NETWORKS = {"N1": [0, 0, 0, 0.1, 0.9], "N2": [0, 0.1, 0.1, 0.1, 0.7],
@@ -65,24 +67,24 @@ def add_args(p):
     p.add_argument("--quick", action="store_true",
                    help="CI size: " + ", ".join(f"{k}={v}" for k, v in
                                                 QUICK.items()))
-    p.add_argument("--stragglers", default="C1,C2,C3")
-    p.add_argument("--networks", default="N1,N2,N3")
+    p.add_argument("--stragglers", type=one_of(STRAGGLERS), default="C1,C2,C3")
+    p.add_argument("--networks", type=one_of(NETWORKS), default="N1,N2,N3")
     p.add_argument("--schemes", default=",".join(SCHEMES),
                    help="comma-separated, of " + ", ".join(SCHEMES + OPTIONAL)
                    + " (mlfabric-ar, MLfabric's allreduce, only when named)")
-    p.add_argument("--seeds", default="0")
-    p.add_argument("--duration", type=float, default=60.0,
+    p.add_argument("--seeds", type=listed(whole(0)), default="0")
+    p.add_argument("--duration", type=real(0, True), default=60.0,
                    help="seconds of training per scheme")
     p.add_argument("--model", choices=("softmax", "mlp"), default="softmax",
                    help="softmax regression (default) or a tanh MLP")
-    p.add_argument("--hidden", type=int, default=128,
+    p.add_argument("--hidden", type=whole(1), default=128,
                    help="the MLP's hidden units (128)")
-    p.add_argument("--features", type=int, default=1024)
-    p.add_argument("--classes", type=int, default=128,
+    p.add_argument("--features", type=whole(1), default=1024)
+    p.add_argument("--classes", type=whole(1), default=128,
                    help="with 1024 features: 1 MiB updates")
-    p.add_argument("--base-rate", type=float, default=10e6,
+    p.add_argument("--base-rate", type=real(0, True), default=10e6,
                    help="bytes/s; NICs run at 1..10x this")
-    p.add_argument("--every", type=float, default=2.0,
+    p.add_argument("--every", type=real(0, True), default=2.0,
                    help="seconds between rate redraws")
     p.add_argument("--server-nic", choices=("varied", "fixed"),
                    default="varied",
@@ -90,13 +92,13 @@ def add_args(p):
                    "rate trace as every worker's do; 'fixed': they keep "
                    "the top rate (10 x base), the paper's dedicated "
                    "server machine")
-    p.add_argument("--compute", type=float, default=0.1,
+    p.add_argument("--compute", type=real(0), default=0.1,
                    help="seconds of emulated compute per step")
-    p.add_argument("--interval", type=float, default=0.1,
+    p.add_argument("--interval", type=real(0, True), default=0.1,
                    help="the scheduler's batch interval")
-    p.add_argument("--lag", type=float, default=0.2, help="monitor lag")
-    p.add_argument("--aggregators", type=int, default=2)
-    p.add_argument("--distributors", type=int, default=0,
+    p.add_argument("--lag", type=real(0), default=0.2, help="monitor lag")
+    p.add_argument("--aggregators", type=whole(0), default=2)
+    p.add_argument("--distributors", type=whole(0), default=0,
                    help="relays of the model's distribution tree for the "
                    "MLfabric schemes' pulls (section 10.3; 0: the server "
                    "sends every copy itself, as plain async PS does)")
@@ -105,8 +107,8 @@ def add_args(p):
                    help="the distribution tree's shape: Algorithm 3's "
                    "(section 10.3) or 'one-copy' (the server sends one copy "
                    "per batch, the distributors pass it on)")
-    p.add_argument("--lr", type=float, default=5.0)
-    p.add_argument("--momentum", type=float, default=0.5)
+    p.add_argument("--lr", type=real(0, True), default=5.0)
+    p.add_argument("--momentum", type=real(0), default=0.5)
     p.add_argument("--sync-lr", choices=("scaled", "same"), default="scaled",
                    help="the synchronous schemes' learning rate: 'scaled' "
                    "(default) lr x N on their mean of N updates, the same "
@@ -127,10 +129,10 @@ def add_args(p):
                    "configurations (the highest of all their schemes' "
                    "lowest losses), as the paper's Table 2 measures its "
                    "nine settings to one accuracy")
-    p.add_argument("--plot")
-    p.add_argument("--csv")
-    p.add_argument("--json")
-    p.add_argument("--curves",
+    p.add_argument("--plot", type=writable)
+    p.add_argument("--csv", type=writable)
+    p.add_argument("--json", type=writable)
+    p.add_argument("--curves", type=writable,
                    help="write every scheme's loss curve (seconds, updates "
                    "applied, loss) to this JSON file, to read times to "
                    "other targets after the run")

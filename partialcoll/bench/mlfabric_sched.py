@@ -19,25 +19,25 @@ from mpi4py import MPI
 
 from ..mlfabric import links
 from ..mlfabric.microbench import N1, N2, N3, scheduler_benchmark
-from ._common import cli, emit
+from ._common import cli, emit, listed, whole, writable
 
 NETWORKS = {"N1": N1, "N2": N2, "N3": N3}
 TARGETS_MS = {100: 30.0, 1000: 150.0}
 
 
 def add_args(p):
-    p.add_argument("--sizes", default="10,100,500,1000",
+    p.add_argument("--sizes", type=listed(whole(1)), default="10,100,500,1000",
                    help="comma-separated batch sizes |U|")
-    p.add_argument("--repeats", type=int, default=5,
+    p.add_argument("--repeats", type=whole(1), default=5,
                    help="batches (fresh network and updates) per size")
-    p.add_argument("--runs", type=int, default=3,
+    p.add_argument("--runs", type=whole(1), default=3,
                    help="times each batch is planned (the fastest is kept)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=whole(0), default=0)
     p.add_argument("--network", choices=sorted(NETWORKS), default="N2")
-    p.add_argument("--aggregators", type=int, default=4, help="k")
-    p.add_argument("--replica-aggregators", type=int, default=2, help="k'")
-    p.add_argument("--csv")
-    p.add_argument("--json")
+    p.add_argument("--aggregators", type=whole(0), default=4, help="k")
+    p.add_argument("--replica-aggregators", type=whole(0), default=2, help="k'")
+    p.add_argument("--csv", type=writable)
+    p.add_argument("--json", type=writable)
 
 
 def run(args, comm=MPI.COMM_WORLD):

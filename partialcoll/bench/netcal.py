@@ -24,26 +24,27 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import cli, emit, parse_size
+from ._common import (byte_size, cli, emit, parse_size, real, whole,
+                      writable)
 
 
 def add_args(p):
-    p.add_argument("--size", default="4M", help="bytes per flow (default 4M)")
+    p.add_argument("--size", type=byte_size, default="4M", help="bytes per flow (default 4M)")
     p.add_argument("--rate", default="10 MB/s", help="link rate (10 MB/s)")
     p.add_argument("--latency", default="20 ms", help="for the chain (20 ms)")
-    p.add_argument("--chain", type=int, default=10, help="messages in it")
-    p.add_argument("--messages", type=int, default=2000,
+    p.add_argument("--chain", type=whole(1), default=10, help="messages in it")
+    p.add_argument("--messages", type=whole(1), default=2000,
                    help="messages for the drop count")
-    p.add_argument("--drop", type=float, default=0.05)
-    p.add_argument("--seed", type=int, default=11)
-    p.add_argument("--every", type=float, default=0.5,
+    p.add_argument("--drop", type=real(0), default=0.05)
+    p.add_argument("--seed", type=whole(0), default=11)
+    p.add_argument("--every", type=real(0, True), default=0.5,
                    help="trace: seconds between rate draws (0.5)")
-    p.add_argument("--epochs", type=int, default=6,
+    p.add_argument("--epochs", type=whole(1), default=6,
                    help="trace: epochs to stream through (6)")
-    p.add_argument("--repeat", type=int, default=3,
+    p.add_argument("--repeat", type=whole(1), default=3,
                    help="runs per timed row (median reported)")
-    p.add_argument("--csv")
-    p.add_argument("--json")
+    p.add_argument("--csv", type=writable)
+    p.add_argument("--json", type=writable)
 
 
 class Network:

@@ -17,21 +17,21 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import cli, across_ranks, emit, progress
+from ._common import across_ranks, cli, emit, progress, real, whole, writable
 
 
 def add_args(p):
-    p.add_argument("--chain", type=int, default=100_000, help="NOP chain length")
-    p.add_argument("--pairs", type=int, default=2000, help="send/recv pairs in the chain")
-    p.add_argument("--iters", type=int, default=2000, help="post-to-completion samples")
-    p.add_argument("--idle-seconds", type=float, default=2.0)
-    p.add_argument("--objects", type=int, default=1000,
+    p.add_argument("--chain", type=whole(1), default=100_000, help="NOP chain length")
+    p.add_argument("--pairs", type=whole(1), default=2000, help="send/recv pairs in the chain")
+    p.add_argument("--iters", type=whole(1), default=2000, help="post-to-completion samples")
+    p.add_argument("--idle-seconds", type=real(0), default=2.0)
+    p.add_argument("--objects", type=whole(1), default=1000,
                    help="idle partial objects for the scale rows (1000)")
-    p.add_argument("--churn", type=int, default=10000,
+    p.add_argument("--churn", type=whole(1), default=10000,
                    help="objects created and closed in sequence (10000)")
-    p.add_argument("--allreduce-iters", type=int, default=20000)
-    p.add_argument("--csv")
-    p.add_argument("--json")
+    p.add_argument("--allreduce-iters", type=whole(1), default=20000)
+    p.add_argument("--csv", type=writable)
+    p.add_argument("--json", type=writable)
 
 
 def nop_chain(n):

@@ -43,7 +43,8 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import cli, emit, parse_size, progress
+from ._common import (byte_size, cli, emit, parse_size, progress, real,
+                      whole, writable)
 
 VARIANTS = ("overlap", "plain")
 
@@ -58,24 +59,24 @@ def add_args(p):
     p.add_argument("--modes", default="sync,solo",
                    help="comma-separated (default sync,solo; majority and "
                         "quorum overlap only from their last gradient)")
-    p.add_argument("--width", type=int,
+    p.add_argument("--width", type=whole(1),
                    help="units per hidden layer (default 1024: 4 MiB of "
                         "float32 weights per layer)")
-    p.add_argument("--layers", type=int, help="hidden layers (default 6)")
-    p.add_argument("--batch", type=int,
+    p.add_argument("--layers", type=whole(1), help="hidden layers (default 6)")
+    p.add_argument("--batch", type=whole(1),
                    help="per rank (default 512: at 64 this MLP computes so "
                         "little per gradient byte that the host-side work "
                         "of communication, not the link, limits overlap on "
                         "a small machine; bench/RESULTS.md has both)")
-    p.add_argument("--bucket",
+    p.add_argument("--bucket", type=byte_size,
                    help="bucket_bytes of both variants (default 4M)")
-    p.add_argument("--steps", type=int,
+    p.add_argument("--steps", type=whole(1),
                    help="timed steps per variant and mode (default 40)")
-    p.add_argument("--block", type=int,
+    p.add_argument("--block", type=whole(1),
                    help="steps per block; blocks alternate (default 5)")
-    p.add_argument("--warmup", type=int,
+    p.add_argument("--warmup", type=whole(0),
                    help="untimed steps per variant first (default 3)")
-    p.add_argument("--rho", type=float, default=1.0,
+    p.add_argument("--rho", type=real(0, True), default=1.0,
                    help="communication time / backward time (alone, without "
                         "forward) the emulated link is calibrated for "
                         "(default 1)")
@@ -83,14 +84,14 @@ def add_args(p):
                    help="'auto' (from --rho), a rate such as '200 MB/s', "
                         "or 'off' (no emulated network)")
     p.add_argument("--latency", default="0.1 ms")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=whole(1), default=1,
                    help="torch threads per rank (default 1)")
     p.add_argument("--quick", action="store_true",
                    help="a few seconds, for a smoke test: defaults of width "
                         "256, 3 layers, batch 16, 64K buckets, 4 steps, "
                         "blocks of 2, 1 warm-up step")
-    p.add_argument("--csv")
-    p.add_argument("--json")
+    p.add_argument("--csv", type=writable)
+    p.add_argument("--json", type=writable)
 
 
 def _defaults(args):

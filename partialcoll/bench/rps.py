@@ -30,26 +30,27 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import cli, emit, progress, pyplot, save_plot
+from ._common import (
+    cli, emit, progress, pyplot, real, save_plot, whole, writable)
 
 
 def add_args(p):
     p.add_argument("--drops", default="0,0.01,0.05,0.1,0.2",
                    help="drop probabilities (comma-separated)")
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--iters", type=int, default=600)
-    p.add_argument("--batch", type=int, default=16, help="per rank")
-    p.add_argument("--lr", type=float, default=0.2)
-    p.add_argument("--hidden", type=int, default=32)
-    p.add_argument("--every", type=int, default=25,
+    p.add_argument("--seeds", type=whole(1), default=3)
+    p.add_argument("--iters", type=whole(1), default=600)
+    p.add_argument("--batch", type=whole(1), default=16, help="per rank")
+    p.add_argument("--lr", type=real(0, True), default=0.2)
+    p.add_argument("--hidden", type=whole(1), default=32)
+    p.add_argument("--every", type=whole(1), default=25,
                    help="evaluate the loss every this many iterations")
     p.add_argument("--drop-mode", choices=["told", "silent"], default="told")
-    p.add_argument("--timeout", type=float, default=0.05,
+    p.add_argument("--timeout", type=real(0, True), default=0.05,
                    help="receive deadline for silent drops (s)")
     p.add_argument("--algorithms", default="rps,gradients,allreduce")
-    p.add_argument("--csv")
-    p.add_argument("--json")
-    p.add_argument("--plot", help="write a PNG of loss vs iterations")
+    p.add_argument("--csv", type=writable)
+    p.add_argument("--json", type=writable)
+    p.add_argument("--plot", type=writable, help="write a PNG of loss vs iterations")
     p.add_argument("--colocated", action="store_true",
                    help="the case study beyond the paper: RPS beside a "
                         "latency-sensitive service (see rps_colocated.py)")

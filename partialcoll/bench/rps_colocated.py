@@ -51,7 +51,7 @@ from mpi4py import MPI
 import partialcoll as pc
 
 from . import rps
-from ._common import emit, progress, pyplot, save_plot
+from ._common import emit, progress, pyplot, real, save_plot, whole
 
 COLUMNS = ["weight", "buffer", "service_p50_ms", "service_p99_ms",
            "service_mean_ms", "messages", "handover_late_p99_ms",
@@ -65,10 +65,10 @@ def add_args(p):
                    help="learning data a sender's NIC holds (comma-separated"
                         "; the sweep's knob)")
     p.add_argument("--rate", default="4 MB/s", help="every NIC, both ways")
-    p.add_argument("--service-bytes", type=int, default=2048)
-    p.add_argument("--service-rate", type=float, default=400.0,
+    p.add_argument("--service-bytes", type=whole(1), default=2048)
+    p.add_argument("--service-rate", type=real(0, True), default=400.0,
                    help="service messages per second per rank")
-    p.add_argument("--horizon", type=float, default=None,
+    p.add_argument("--horizon", type=real(0, True), default=None,
                    help="seconds of service plan (default: measured)")
     p.add_argument("--from-csv",
                    help="only draw --plot from a CSV written by this mode")

@@ -19,24 +19,25 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import (Buffers, add_device_arg, across_ranks, cli, emit,
-                      fmt_size, parse_size, progress)
+from ._common import (Buffers, add_device_arg, across_ranks, byte_size, cli,
+                      emit, fmt_size, listed, parse_size, progress, whole,
+                      writable)
 
 DEFAULT_SIZES = "8,64,512,4K,32K,256K,1M,4M"
 
 
 def add_args(p):
-    p.add_argument("--sizes", default=DEFAULT_SIZES,
+    p.add_argument("--sizes", type=listed(byte_size), default=DEFAULT_SIZES,
                    help=f"comma-separated message sizes in bytes (K/M suffixes); default {DEFAULT_SIZES}")
-    p.add_argument("--iters", type=int, default=None,
+    p.add_argument("--iters", type=whole(1), default=None,
                    help="calls per timed block (default: 1000 small ... 20 at 4 MiB)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed calls first")
-    p.add_argument("--repeat", type=int, default=5, help="timed blocks per size")
+    p.add_argument("--warmup", type=whole(1), default=None, help="untimed calls first")
+    p.add_argument("--repeat", type=whole(1), default=5, help="timed blocks per size")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--algorithm", default=None, choices=["recursive_doubling", "ring", "rabenseifner"])
     add_device_arg(p)
-    p.add_argument("--csv")
-    p.add_argument("--json")
+    p.add_argument("--csv", type=writable)
+    p.add_argument("--json", type=writable)
 
 
 def _time_block(fn, iters, comm):

@@ -31,7 +31,9 @@ import partialcoll as pc
 
 from ..scheduling import metrics, planner, ps
 from ..scheduling.graphs import scale_compute
-from ._common import cli, emit, parse_size, progress, pyplot, save_plot
+from ._common import (
+    byte_size, cli, emit, listed, parse_size, progress, pyplot, real,
+    save_plot, whole, writable)
 
 METHODS = ("none", "tic", "tac")
 
@@ -41,24 +43,24 @@ def add_args(p):
                    "transformer", help="traced models (default: resnet50, "
                    "vgg16, inception_v3, transformer)")
     p.add_argument("--tasks", default="inference,train")
-    p.add_argument("--rhos", default="0.25,0.5,1,1.5,2",
+    p.add_argument("--rhos", type=listed(real(0, True)), default="0.25,0.5,1,1.5,2",
                    help="target communication/computation ratios")
     p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--iters", type=int, default=10,
+    p.add_argument("--iters", type=whole(1), default=10,
                    help="measured iterations per method (10, as the paper)")
-    p.add_argument("--warmup", type=int, default=2,
+    p.add_argument("--warmup", type=whole(0), default=2,
                    help="iterations discarded first (2, as the paper)")
-    p.add_argument("--compute", type=float, default=0.5,
+    p.add_argument("--compute", type=real(0, True), default=0.5,
                    help="emulated forward compute per iteration, seconds "
                         "(measured op times scaled to add up to it; "
                         "backward is --backward-factor times more)")
-    p.add_argument("--backward-factor", type=float, default=2.0)
-    p.add_argument("--payload", default="8M",
+    p.add_argument("--backward-factor", type=real(0), default=2.0)
+    p.add_argument("--payload", type=byte_size, default="8M",
                    help="bytes of all parameters per worker (the model's "
                         "sizes scaled to it)")
     p.add_argument("--latency", default="0.1 ms")
-    p.add_argument("--batch", type=int, default=8, help="for op timing")
-    p.add_argument("--image", type=int, default=None,
+    p.add_argument("--batch", type=whole(1), default=8, help="for op timing")
+    p.add_argument("--image", type=whole(1), default=None,
                    help="image side for op timing (default: the model's)")
     p.add_argument("--group", choices=("module", "tensor"), default="module",
                    help="one transfer per module (default) or per tensor")
@@ -66,15 +68,15 @@ def add_args(p):
                    default="stream", help="graph the planner sees: with "
                    "program-order edges (what the worker runs) or data "
                    "dependencies only (the paper's DAG)")
-    p.add_argument("--send-cap", type=int, default=0,
+    p.add_argument("--send-cap", type=whole(0), default=0,
                    help="sends in flight per destination (0: no cap; the "
                    "emulated channel already carries one message at a "
                    "time; 1 also waits for each one's completion, as gRPC)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--csv")
-    p.add_argument("--json")
-    p.add_argument("--plot", help="PNG: alpha and throughput gain vs rho")
-    p.add_argument("--trace", help="Chrome trace of the first model, task "
+    p.add_argument("--seed", type=whole(0), default=1)
+    p.add_argument("--csv", type=writable)
+    p.add_argument("--json", type=writable)
+    p.add_argument("--plot", type=writable, help="PNG: alpha and throughput gain vs rho")
+    p.add_argument("--trace", type=writable, help="Chrome trace of the first model, task "
                    "and rho nearest 1, every method (open in Perfetto)")
 
 

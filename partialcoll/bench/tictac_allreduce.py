@@ -41,7 +41,9 @@ from ..collectives.partial import SoloAllreduce
 from ..scheduling import planner
 from ..scheduling.graphs import model as load_model
 from ..scheduling.graphs import scale_compute, trace
-from ._common import cli, emit, parse_size, progress
+from ._common import (
+    byte_size, cli, emit, listed, parse_size, progress, real, whole,
+    writable)
 
 METHODS = ("fifo", "priority")
 
@@ -50,22 +52,22 @@ def add_args(p):
     p.add_argument("--model", default="resnet50")
     p.add_argument("--mode", choices=("sync", "solo"), default="sync",
                    help="collective per part: iallreduce (sync) or solo")
-    p.add_argument("--rhos", default="0.5,1,1.5")
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--compute", type=float, default=0.5,
+    p.add_argument("--rhos", type=listed(real(0, True)), default="0.5,1,1.5")
+    p.add_argument("--steps", type=whole(1), default=10)
+    p.add_argument("--warmup", type=whole(0), default=2)
+    p.add_argument("--compute", type=real(0, True), default=0.5,
                    help="emulated forward seconds per step (backward: x2)")
-    p.add_argument("--payload", default="8M",
+    p.add_argument("--payload", type=byte_size, default="8M",
                    help="gradient bytes per step (the model's, scaled)")
-    p.add_argument("--bucket", default="1M", help="bucket bytes (as DDP's "
+    p.add_argument("--bucket", type=byte_size, default="1M", help="bucket bytes (as DDP's "
                    "bucket_cap, in scaled bytes)")
-    p.add_argument("--partition", default="256K",
+    p.add_argument("--partition", type=byte_size, default="256K",
                    help="largest collective, bytes (0: no partitioning)")
     p.add_argument("--latency", default="0.1 ms")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--image", type=int, default=None)
-    p.add_argument("--csv")
-    p.add_argument("--json")
+    p.add_argument("--batch", type=whole(1), default=8)
+    p.add_argument("--image", type=whole(1), default=None)
+    p.add_argument("--csv", type=writable)
+    p.add_argument("--json", type=writable)
 
 
 class Layout:

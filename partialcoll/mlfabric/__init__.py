@@ -48,12 +48,12 @@ __all__ = ["Aggregation", "BatchPlan", "DivergenceTracker", "Group",
            "aggregate_sync", "deadline", "delays", "divergence_bound",
            "order_updates", "replicate", "SGD", "SoftmaxRegression",
            "TanhMLP", "train", "train_allreduce", "RunResult", "TreePlan",
-           "plan_tree", "DynamicTreeAllreduce"]
+           "plan_tree", "DynamicTreeAllreduce", "TrainingError"]
 
 
 def __getattr__(name):
     """The MPI parts load on first use (the algorithms need no MPI)."""
-    if name in ("train", "RunResult"):
+    if name in ("train", "RunResult", "TrainingError"):
         from . import training
         return getattr(training, name)
     if name == "train_allreduce":

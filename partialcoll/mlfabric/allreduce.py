@@ -23,6 +23,11 @@ Design constraints:
 4. A call is synchronous: it returns when this rank has the sum; the next
    call's plan waits for every rank's ready notice, so nothing of one
    call is in flight in the next.
+5. Bad input is refused on every rank: the constructor's arguments are
+   the same everywhere and checked before any message; what only a call
+   knows (``buf``, ``ready``) rides in the ready notice, the planner
+   judges it, and every rank raises the same ValueError (a rank raising
+   alone left the others waiting for the plan).
 """
 import random
 import time
@@ -30,13 +35,18 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from .._errors import check_int
 from ..schedule import Schedule
+from .config import check_aggregators, check_real, check_seed
 from .dyntree import PULL, PUSH, plan_tree
 from .monitor import LinkMonitor
 
 #: tags of consecutive calls alternate between two ranges (belt and braces:
 #: point 4 of the design already keeps calls apart)
 TAG_RANGE = 1 << 14
+#: seconds a call's ``ready`` may lie ahead of pc.now() (the ranks of a
+#: host share the clock; more is a time from another clock)
+READY_SLACK = 1.0
 
 
 class DynamicTreeAllreduce:
@@ -52,7 +62,10 @@ class DynamicTreeAllreduce:
         planner: the rank that runs the scheduler.
         monitor_lag, monitor_window: the link monitor (0.2 s, 0.5 s).
         initial_rate: bytes/s assumed on every NIC before any measurement.
-        seed: the draws.
+        seed: the draws (a whole number >= 0).
+
+    Every argument is checked on every rank before any message (ValueError
+    or TypeError everywhere, never a hang).
 
     Example::
 
@@ -66,13 +79,22 @@ class DynamicTreeAllreduce:
     def __init__(self, comm, aggregators=2, root=None, planner=0,
                  monitor_lag=0.2, monitor_window=0.5, initial_rate=1e8,
                  seed=0):
-        if not 0 <= planner < comm.size:
-            raise ValueError(f"planner {planner} is not a rank of the "
-                             f"communicator (size {comm.size})")
-        if root is not None and not 0 <= root < comm.size:
-            raise ValueError(f"root {root} is not a rank (size {comm.size})")
-        if isinstance(aggregators, int) and aggregators < 0:
-            raise ValueError("aggregators must be >= 0 or a list of ranks")
+        size = comm.size
+        for name, value in (("planner", planner), ("root", root)):
+            if value is not None:
+                check_int(value, f"{name} (a rank of the communicator of "
+                                 f"size {size})", 0, size - 1)
+        aggregators = check_aggregators(aggregators, "aggregators")
+        if isinstance(aggregators, list) and \
+                any(not 0 <= a < size for a in aggregators):
+            raise ValueError(f"aggregators {aggregators} must be ranks of "
+                             f"the communicator (0..{size - 1})")
+        check_real(monitor_lag, "monitor_lag (seconds)", 0)
+        check_real(monitor_window, "monitor_window (seconds)", 0,
+                   open_low=True)
+        initial_rate = check_real(initial_rate, "initial_rate (bytes/s)", 0,
+                                  open_low=True)
+        seed = check_seed(seed)
         self.data, self.ctl = comm.Dup(), comm.Dup()
         self.rank, self.size, self.planner = comm.rank, comm.size, planner
         self.k, self.root = aggregators, root
@@ -87,20 +109,39 @@ class DynamicTreeAllreduce:
 
     def __call__(self, buf, ready=None):
         """Sum ``buf`` (a contiguous float or integer array, the same
-        length on every rank) over the ranks, in place; returns it.
-        ``ready``: when this rank's data was ready (default: now)."""
+        length and dtype on every rank) over the ranks, in place; returns
+        it.
+
+        ``ready``: when this rank's data was ready, on the executor's
+        clock (``partialcoll.now()``, CLOCK_MONOTONIC; default: now).  A
+        ready that is not a finite number or lies more than
+        ``READY_SLACK`` seconds in the future (``time.time()`` passed by
+        mistake) is refused.  Every rank raises the same ValueError when
+        any rank's ``buf`` or ``ready`` is wrong (design point 5)."""
         import partialcoll as pc
         buf = np.asarray(buf)
+        problem = None
         if not buf.flags.c_contiguous or not buf.flags.writeable:
-            raise ValueError("buf must be a writable contiguous array")
-        if self.size == 1 or buf.size == 0:
+            problem = "buf must be a writable contiguous array"
+        ready, late = _ready_time(ready, pc.now())
+        problem = problem or late
+        if self.size == 1:
+            if problem:
+                raise ValueError(problem)
             return buf
-        ready = pc.now() if ready is None else float(ready)
-        notes = self.ctl.gather((ready, self._arrivals), root=self.planner)
+        notes = self.ctl.gather((ready, self._arrivals, buf.size,
+                                 buf.dtype.str, problem), root=self.planner)
         plan = None
         if self.rank == self.planner:
-            plan = self._plan(notes, float(buf.nbytes))
-        self.plan = plan = self.ctl.bcast(plan, root=self.planner)
+            plan = _refusal(notes) or (
+                "empty" if buf.size == 0 else
+                self._plan(notes, float(buf.nbytes)))
+        plan = self.ctl.bcast(plan, root=self.planner)
+        if isinstance(plan, str):
+            if plan == "empty":
+                return buf
+            raise ValueError(plan)
+        self.plan = plan
         s, receives = build_tree_schedule(self.data, plan, buf)
         try:
             s.post().wait()
@@ -116,7 +157,7 @@ class DynamicTreeAllreduce:
     def _plan(self, notes, nbytes):
         c0 = time.thread_time()
         self._observe(notes)
-        now = max(t for t, _ in notes)
+        now = max(note[0] for note in notes)
         order = sorted(range(self.size), key=lambda r: (notes[r][0], r))
         root = self.root if self.root is not None else \
             self._rng.randrange(self.size)
@@ -138,8 +179,8 @@ class DynamicTreeAllreduce:
         if self.plan is None:
             return
         arrived = {}
-        for _, got in notes:
-            arrived.update(got)
+        for note in notes:
+            arrived.update(note[1])
         for h in self.plan.hops:
             if h.tag is None or h.tag not in arrived:
                 continue
@@ -158,6 +199,38 @@ class DynamicTreeAllreduce:
             if c != MPI.COMM_NULL:
                 c.Free()
         self.data = self.ctl = MPI.COMM_NULL
+
+
+def _ready_time(ready, now):
+    """(ready as a float, None) or (None, why it is refused)."""
+    if ready is None:
+        return now, None
+    try:
+        if isinstance(ready, bool):
+            raise TypeError
+        t = float(ready)
+    except (TypeError, ValueError):
+        return None, f"ready must be a time in seconds, got {ready!r}"
+    if not np.isfinite(t):
+        return None, f"ready must be finite, got {ready!r}"
+    if t > now + READY_SLACK:
+        return None, (f"ready={t!r} lies {t - now:.3g} s in the future: "
+                      f"give it on partialcoll.now()'s clock "
+                      f"(CLOCK_MONOTONIC), not time.time()")
+    return t, None
+
+
+def _refusal(notes):
+    """The planner's verdict on every rank's notice: a message naming
+    the ranks whose call was wrong, or None."""
+    bad = {r: note[4] for r, note in enumerate(notes) if note[4]}
+    if bad:
+        return "; ".join(f"rank {r}: {why}" for r, why in bad.items())
+    shapes = {r: (note[2], note[3]) for r, note in enumerate(notes)}
+    if len(set(shapes.values())) > 1:
+        return (f"buf must have the same length and dtype on every rank, "
+                f"got {{rank: (length, dtype)}} {shapes}")
+    return None
 
 
 def build_tree_schedule(comm, plan, buf):

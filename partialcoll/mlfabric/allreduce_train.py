@@ -15,7 +15,10 @@ Binary tree over the workers (sub-communicator ranks), per iteration::
     broadcast: 0 -> children -> ... -> leaves
 
 The stop decision rides on the sum: one extra element, set by worker 0
-when the run is over, so every worker stops after the same iteration.
+when the run is over, so every worker stops after the same iteration.  A
+second extra element counts the workers whose gradient failed this
+iteration (they send zeros), so all stop together and every rank raises
+:class:`~.roles.TrainingError` naming them.
 """
 import numpy as np
 from mpi4py import MPI
@@ -23,8 +26,10 @@ from mpi4py import MPI
 from .._errors import check_comm
 from ..schedule import Schedule
 from .allreduce import DynamicTreeAllreduce
-from .config import check_aggregators, check_run
-from .roles import Roles, now
+from .config import check_aggregators, check_run, check_seed
+from .roles import Roles, TrainingError, now
+from .training import check_same_model
+from .worker import check_gradient
 
 ALGORITHMS = ("ring", "tree", "mlfabric")
 
@@ -72,6 +77,11 @@ def train_allreduce(model, optimizer, comm=None, algorithm="ring",
             ``duration``, or both; every setting is checked on every rank
             before any message).
 
+    Every worker starts from rank 0's ``params`` (the model's size is
+    checked to be the same on every rank first).  A gradient that raises
+    or has the wrong size on one worker stops the run: every rank raises
+    :class:`~.roles.TrainingError` naming it.
+
     Returns {"losses": [(t, updates, loss)], "iterations", "comm": [seconds
     per iteration in the allreduce], "time_to_target", "params",
     "scheduler": {"plans", "cpu_mean", "cpu_max", "trees"} ("mlfabric";
@@ -90,6 +100,7 @@ def train_allreduce(model, optimizer, comm=None, algorithm="ring",
               target_loss, eval_every, monitor_lag, monitor_window,
               initial_rate, max_name="max_iterations")
     aggregators = check_aggregators(aggregators, "aggregators")
+    seed = check_seed(seed)
     comm = check_comm(comm)
     roles = Roles(comm.size, replica)
     n_workers = len(roles.workers)       # the allreduce's ranks: 0..n-1
@@ -100,11 +111,12 @@ def train_allreduce(model, optimizer, comm=None, algorithm="ring",
             raise ValueError(f"{name} {ranks} must be ranks of the "
                              f"{n_workers} workers' communicator "
                              f"(0..{n_workers - 1})")
+    model.params = comm.bcast(check_same_model(comm, model), root=0)
     member = comm.rank in roles.workers
     sub = comm.Split(0 if member else MPI.UNDEFINED, comm.rank)
     out = None
     if member:
-        reducer = _Reducer(sub, algorithm, np.asarray(model.params).size + 1,
+        reducer = _Reducer(sub, algorithm, np.asarray(model.params).size + 2,
                            dict(aggregators=aggregators, root=root,
                                 monitor_lag=monitor_lag,
                                 monitor_window=monitor_window,
@@ -117,7 +129,13 @@ def train_allreduce(model, optimizer, comm=None, algorithm="ring",
         finally:
             reducer.free()
             sub.Free()
-    return comm.bcast(out, root=roles.workers[0])
+    error = out.pop("error") if out is not None else None
+    out = comm.bcast(out, root=roles.workers[0])
+    failures = out.pop("failures")
+    if failures:            # worker ranks of the sub-communicator -> comm's
+        raise TrainingError({roles.workers[r]: m
+                             for r, m in failures.items()}) from error
+    return out
 
 
 class _Reducer:
@@ -173,8 +191,14 @@ def _worker_loop(model, opt, sub, reducer, compute_time, stragglers,
     delay.commit()
     t0 = t_eval = now()
     losses, comm_times, t_reached, it = [(0.0, 0, model.loss(w))], [], None, 0
+    failed = None
     while True:
-        buf[:n] = opt.update(h, model.gradient(w, sub.rank, it))
+        try:
+            buf[:n] = opt.update(h, check_gradient(
+                model.gradient(w, sub.rank, it), n))
+        except Exception as exc:          # the user's model: tell the rest
+            failed, buf[:n] = exc, 0.0
+        buf[n + 1] = float(failed is not None)
         r, s = stragglers
         seconds[0] = compute_time * (s if rng.random() < r else 1.0)
         delay.post().wait()
@@ -182,6 +206,8 @@ def _worker_loop(model, opt, sub, reducer, compute_time, stragglers,
         buf[n] = float(sub.rank == 0 and _over(t - t0, it, duration,
                                                max_iterations, t_reached))
         reducer(t)
+        if buf[n + 1] > 0:                # someone failed: all stop here
+            break
         comm_times.append(now() - t)
         opt.apply(w, buf[:n], 1.0 / N)
         it += 1
@@ -193,11 +219,15 @@ def _worker_loop(model, opt, sub, reducer, compute_time, stragglers,
                 t_reached = losses[-1][0]
         if buf[n] > 0:
             break
-    if sub.rank == 0:
-        losses.append((now() - t0, it * N, model.loss(w)))
     delay.free()
+    said = sub.allgather(None if failed is None else
+                         f"{type(failed).__name__}: {failed}")
+    failures = {rank: m for rank, m in enumerate(said) if m is not None}
+    if sub.rank == 0 and not failures:
+        losses.append((now() - t0, it * N, model.loss(w)))
     return {"losses": losses, "iterations": it, "comm": comm_times,
-            "time_to_target": t_reached, "params": w}
+            "time_to_target": t_reached, "params": w, "failures": failures,
+            "error": failed}
 
 
 def _over(elapsed, it, duration, max_iterations, t_reached):

@@ -42,11 +42,12 @@ class RunConfig:
                 raise ValueError(f"tau_max must be >= 1, got {tau_max}")
         if not div_max >= 0:                     # (NaN fails too)
             raise ValueError(f"div_max must be >= 0, got {div_max!r}")
-        if not batch_interval > 0:
-            raise ValueError("batch_interval must be > 0")
+        batch_interval = check_real(batch_interval, "batch_interval", 0,
+                                 open_low=True)
         r, s = check_run(compute_time, stragglers, duration, max_updates,
                          target_loss, eval_every, monitor_lag,
                          monitor_window, initial_rate)
+        seed = check_seed(seed)
         self.mode, self.tau_max = mode, tau_max
         self.aggregators, self.replica = aggregators, bool(replica)
         self.replica_aggregators, self.div_max = replica_aggregators, div_max
@@ -76,16 +77,46 @@ def check_run(compute_time, stragglers, duration, max_updates, target_loss,
         raise ValueError(f"{max_name} must be >= 1, got {max_updates}")
     if target_loss is not None and math.isnan(target_loss):
         raise ValueError("target_loss must be a number, got nan")
-    r, s = stragglers
-    if not 0 <= r <= 1 or not s >= 1:
-        raise ValueError("stragglers=(r, s): 0 <= r <= 1, s >= 1")
-    if not compute_time >= 0 or not eval_every > 0:
-        raise ValueError("eval_every > 0; compute_time >= 0")
-    if not monitor_lag >= 0 or not monitor_window > 0 or \
-            not 0 < initial_rate < math.inf:
-        raise ValueError("monitor_lag >= 0, monitor_window > 0 and "
-                         "0 < initial_rate < inf")
+    try:
+        r, s = stragglers
+    except (TypeError, ValueError):
+        raise ValueError(f"stragglers must be a pair (r, s), got "
+                         f"{stragglers!r}") from None
+    r = check_real(r, "stragglers r (a probability)", 0, high=1)
+    s = check_real(s, "stragglers s (a slow-down factor)", 1)
+    check_real(compute_time, "compute_time (seconds)", 0)
+    check_real(eval_every, "eval_every (seconds)", 0, open_low=True)
+    check_real(monitor_lag, "monitor_lag (seconds)", 0)
+    check_real(monitor_window, "monitor_window (seconds)", 0, open_low=True)
+    check_real(initial_rate, "initial_rate (bytes/s)", 0, open_low=True)
     return float(r), float(s)
+
+
+def check_seed(seed):
+    """A seed for ``numpy.random.default_rng([seed, rank, 7])``: a whole
+    number >= 0 (checked on every rank before any message: a bad seed
+    raised only on the workers, and the server waited for ever)."""
+    return _count(seed, "seed")
+
+
+def check_real(value, name, low, high=math.inf, open_low=False):
+    """A finite real number in [low, high] (or (low, high] with
+    ``open_low``); NaN and infinities are refused (an infinite wait or
+    interval hung the run)."""
+    try:
+        if isinstance(value, (bool, str, bytes)):
+            raise TypeError
+        x = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got "
+                        f"{value!r}") from None
+    ok = math.isfinite(x) and (x > low if open_low else x >= low) and \
+        x <= high
+    if not ok:
+        lo = f"> {low}" if open_low else f">= {low}"
+        hi = "" if high == math.inf else f" and <= {high}"
+        raise ValueError(f"{name} must be finite, {lo}{hi}; got {value!r}")
+    return x
 
 
 def check_aggregators(value, name):

@@ -17,6 +17,8 @@ any order, and server and replica agree whenever they have applied the
 same updates (the divergence bound is then Eq. 11 with gamma = 0: the sum
 of the norms of the updates one has applied and the other not).
 """
+import math
+
 import numpy as np
 
 
@@ -36,9 +38,15 @@ class SGD:
     """
 
     def __init__(self, lr=0.1, momentum=0.0):
-        if lr <= 0 or not 0 <= momentum < 1:
-            raise ValueError("lr > 0 and 0 <= momentum < 1")
-        self.lr, self.momentum = float(lr), float(momentum)
+        lr, momentum = _real(lr, "lr"), _real(momentum, "momentum")
+        if not (math.isfinite(lr) and lr > 0):      # NaN fails too
+            raise ValueError(f"lr must be finite and > 0, got {lr!r}")
+        if not 0 <= momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+        self.lr, self.momentum = lr, momentum
+
+    def __repr__(self):
+        return f"SGD(lr={self.lr!r}, momentum={self.momentum!r})"
 
     def history(self, n):
         """A worker's momentum history."""
@@ -57,3 +65,15 @@ class SGD:
     def norm(self, update):
         """How far ``update`` moves the model (for Eq. 11)."""
         return self.lr * float(np.linalg.norm(update))
+
+
+def _real(value, name):
+    """``value`` as a float; a clear TypeError for what is not a real
+    number (a bool, a string, None)."""
+    try:
+        if isinstance(value, (bool, str, bytes)):
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got "
+                        f"{value!r}") from None

@@ -50,6 +50,22 @@ def now():
     return partialcoll.now()
 
 
+class TrainingError(RuntimeError):
+    """A rank's model failed during a run (its gradient or loss raised,
+    or a gradient had the wrong size); raised on every rank.
+
+    Attributes:
+        failures: {rank: "ExceptionType: message"}.
+    """
+
+    def __init__(self, failures):
+        self.failures = dict(failures)
+        said = "; ".join(f"rank {r}: {m}" for r, m in
+                         sorted(self.failures.items()))
+        super().__init__(f"training stopped: the model failed on "
+                         f"{said}")
+
+
 class Roles:
     """Which rank is what, for a communicator of ``size`` ranks."""
 

@@ -42,6 +42,7 @@ class Server:
         self.ready, self.held_pulls, self.pulls = [], {}, []
         self.last_version = {}                 # worker -> its last notice's
         self.stopped, self.stopping = set(), False
+        self.failures, self.error = {}, None   # rank -> message; own
         self.applier = _Applier(self._apply, ordered=cfg.mode != "async")
         self.tags, self.iteration = _Tags(), []
         self.batches, self.t_reached = 0, None
@@ -140,6 +141,10 @@ class Server:
             self._observe(msg[1])
         elif kind == "stopped":
             self.stopped.add(src)
+        elif kind == "failed":               # the worker stopped itself
+            self.failures[src] = msg[1]
+            if not self.stopping:
+                self._stop()
 
     def _observe(self, reports):
         if self.sched is not None:
@@ -286,7 +291,16 @@ class Server:
             st.delays[d if self.cfg.mode != "mlfabric-s" else 0] += 1
 
     def _evaluate(self, t):
-        loss = float(self.model.loss(self.w))
+        if self.failures:                # the run is ending in an error
+            return
+        try:
+            loss = float(self.model.loss(self.w))
+        except Exception as exc:         # the user's model: stop the run
+            self.error = exc
+            self.failures[self.roles.server] = f"{type(exc).__name__}: {exc}"
+            if not self.stopping:
+                self._stop()
+            return
         applied = sum(self.stats.applied.values())
         self.stats.losses.append((t - self.t0, applied, loss))
         target = self.cfg.target_loss

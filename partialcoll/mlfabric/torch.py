@@ -18,8 +18,12 @@ added to the gradient on the worker (as torch does, before momentum).
 Refused, with the reason: other optimizers (Adam and the like keep
 per-coordinate state that a sum of several workers' updates cannot
 carry), Nesterov, dampening, ``maximize`` and parameter groups with
-different settings.  Module buffers (batch-norm statistics) are not
-trained: each rank keeps its own.
+different settings, and an optimizer whose parameters are not exactly
+the module's trainable ones (those with ``requires_grad``: a parameter
+of another module, or one of the module's left out, would be trained
+differently from what the optimizer says).  Frozen parameters stay as
+they are (weight decay skips them, as torch's step does).  Module buffers
+(batch-norm statistics) are not trained: each rank keeps its own.
 
 This module needs torch (``pip install partialcoll[torch]``); importing
 it without torch raises ImportError.
@@ -81,15 +85,19 @@ class ParamMap:
                 p.copy_(torch.from_numpy(flat[a:b]).view(p.shape))
 
 
-def sgd_from_torch(optimizer):
+def sgd_from_torch(optimizer, module=None):
     """The mlfabric :class:`~.optim.SGD` for a ``torch.optim.SGD`` (or
     an mlfabric SGD, returned as is), and the weight decay to add to the
     gradients; raises TypeError / ValueError for what cannot be mapped.
 
+    With ``module``, the optimizer's trainable parameters (frozen ones
+    it lists are ignored, as torch's step does) must be exactly the
+    module's parameters with ``requires_grad``: ValueError otherwise.
+
     Example::
 
         opt, wd = sgd_from_torch(torch.optim.SGD(m.parameters(), lr=0.1,
-                                                 momentum=0.9))
+                                                 momentum=0.9), m)
     """
     if isinstance(optimizer, SGD):
         return optimizer, 0.0
@@ -113,9 +121,34 @@ def sgd_from_torch(optimizer):
             raise ValueError(f"torch.optim.SGD({key}={g[key]!r}) is not "
                              f"supported (momentum lives at the workers as "
                              f"h <- momentum * h + g)")
+    if module is not None:
+        _check_owns(optimizer, module)
     lr = float(g["lr"].item() if torch.is_tensor(g["lr"]) else g["lr"])
     return SGD(lr, float(g.get("momentum", 0.0))), \
         float(g.get("weight_decay", 0.0))
+
+
+def _check_owns(optimizer, module):
+    """The optimizer trains exactly the module's trainable parameters."""
+    listed = {id(p) for g in optimizer.param_groups for p in g["params"]
+              if p.requires_grad}
+    trainable = {id(p) for p in module.parameters() if p.requires_grad}
+    every = {id(p) for p in module.parameters()}
+    foreign = listed - every
+    missing = trainable - listed
+    if foreign or missing:
+        said = []
+        if foreign:
+            said.append(f"{len(foreign)} of its parameters are not the "
+                        f"module's")
+        if missing:
+            said.append(f"{len(missing)} of the module's trainable "
+                        f"parameters are not in it")
+        raise ValueError(
+            "the optimizer must own exactly the module's trainable "
+            "parameters (requires_grad): " + " and ".join(said) +
+            "; build it as torch.optim.SGD(p for p in module.parameters() "
+            "if p.requires_grad), or freeze what it should not train")
 
 
 class TorchModel:
@@ -129,7 +162,9 @@ class TorchModel:
             again when it ends).
         eval_data: (inputs, targets) the server's loss is evaluated on
             (default: ``data``'s first batch on the server).
-        weight_decay: added to every gradient (w * decay).
+        weight_decay: added to the gradient of every trainable
+            parameter (w * decay; frozen ones, ``requires_grad=False``,
+            stay as they are).
 
     Example::
 
@@ -144,6 +179,9 @@ class TorchModel:
         self.map = ParamMap(module)
         self.params = self.map.flatten()
         self.weight_decay = float(weight_decay)
+        self._decayed = np.concatenate(                 # trainable: 1
+            [np.full(p.numel(), float(p.requires_grad))
+             for p in self.map.params])
         self._data, self._it = data, None
         self._eval = eval_data
 
@@ -167,7 +205,7 @@ class TorchModel:
         self.loss_fn(self.module(inputs), targets).backward()
         grad = self.map.flatten_grads()
         if self.weight_decay:
-            grad += self.weight_decay * np.asarray(params)
+            grad += self.weight_decay * self._decayed * np.asarray(params)
         return grad
 
     def loss(self, params):
@@ -187,9 +225,9 @@ def train_torch(module, loss_fn, data, optimizer, comm=None,
 
     Args:
         module, loss_fn, data, eval_data: see :class:`TorchModel`.
-        optimizer: a ``torch.optim.SGD`` over the module's parameters
-            (see :func:`sgd_from_torch` for what maps and what is
-            refused) or a :class:`~.optim.SGD`.
+        optimizer: a ``torch.optim.SGD`` over exactly the module's
+            trainable parameters (see :func:`sgd_from_torch` for what
+            maps and what is refused) or a :class:`~.optim.SGD`.
         comm, mode, settings: as for :func:`~.training.train`.
     Returns its :class:`~.training.RunResult`.
 
@@ -203,7 +241,7 @@ def train_torch(module, loss_fn, data, optimizer, comm=None,
         res.losses[-1], res.invariants      # net now holds the model
     """
     from .training import train
-    sgd, decay = sgd_from_torch(optimizer)
+    sgd, decay = sgd_from_torch(optimizer, module)
     model = TorchModel(module, loss_fn, data, eval_data, decay)
     res = train(model, sgd, comm=comm, mode=mode, **settings)
     model.map.unflatten(res.params)

@@ -9,7 +9,7 @@ from mpi4py import MPI
 from .._errors import check_comm
 from .config import RunConfig
 from .optim import SGD
-from .roles import CTL, Roles, _ctl_messages
+from .roles import CTL, Roles, TrainingError, _ctl_messages
 from .server import Replica, Server
 from .worker import Worker
 
@@ -90,8 +90,16 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
         initial_rate: bytes/s the scheduler assumes before any measurement.
         duration, max_updates, target_loss: when to stop (the first met).
         eval_every: seconds between loss evaluations at the server.
-        seed: aggregator draws and stragglers.
+        seed: aggregator draws and stragglers (a whole number >= 0).
     Returns a :class:`RunResult` on every rank.
+
+    Every setting is checked on every rank before any message, and the
+    model's size is compared across ranks (a mismatch raises ValueError
+    everywhere).  Every rank starts from rank 0's ``params``.  When the
+    model fails during the run (a worker's ``gradient`` raises or returns
+    the wrong size, the server's ``loss`` raises) the run stops and
+    every rank raises :class:`~.roles.TrainingError` naming the rank and
+    its error.
 
     Example::
 
@@ -111,8 +119,7 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
                              f"({roles.workers})")
     dcomm, ctl = comm.Dup(), comm.Dup()
     try:
-        start = ctl.bcast(np.asarray(model.params, np.float64).reshape(-1)
-                          if comm.rank == 0 else None)
+        start = ctl.bcast(check_same_model(ctl, model), root=0)
         model.params = start
         role = _role(comm.rank, roles)(cfg, model, optimizer, roles, dcomm,
                                        ctl)
@@ -125,10 +132,35 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
             if comm.rank == 0 else None
         ctl.Barrier()
         _ctl_messages(ctl)               # reports that came after the end
-        return ctl.bcast(result, root=0)
+        result = ctl.bcast(result, root=0)
+        if result.failures:
+            raise TrainingError(result.failures) from \
+                getattr(role, "error", None)
+        return result
     finally:
         dcomm.Free()
         ctl.Free()
+
+
+def check_same_model(comm, model):
+    """``model.params`` as a 1-D float64 array, checked to have the same
+    size on every rank of ``comm`` (collective: one allgather); raises
+    ValueError on every rank otherwise."""
+    try:
+        params = np.asarray(model.params, np.float64).reshape(-1)
+        mine = params.size
+    except Exception as exc:
+        params, mine = None, f"{type(exc).__name__}: {exc}"
+    sizes = comm.allgather(mine)
+    bad = {r: m for r, m in enumerate(sizes) if isinstance(m, str)}
+    if bad:
+        raise ValueError(f"model.params is not an array of numbers on "
+                         f"rank(s) {bad}")
+    if len(set(sizes)) > 1:
+        raise ValueError(f"the model has a different size on different "
+                         f"ranks ({dict(enumerate(sizes))} parameters): "
+                         f"every rank must build the same model")
+    return params
 
 
 def _role(rank, roles):
@@ -184,7 +216,7 @@ def _result(server, everyone, roles, cfg, wall):
                  "applied": sum(applied.values()), "dropped": len(dropped)},
         pulls={k: pulls[k] for k in ("server", "relayed", "batches")},
         invariants=invariants, replica=replica, wall=wall, comm=st.comm,
-        mode=cfg.mode, config=cfg)
+        mode=cfg.mode, config=cfg, failures=dict(server.failures))
 
 
 def loss_at(result, seconds):
@@ -197,4 +229,4 @@ def loss_at(result, seconds):
     return best
 
 
-__all__ = ["RunResult", "train", "loss_at", "CTL"]
+__all__ = ["RunResult", "TrainingError", "train", "loss_at", "CTL"]

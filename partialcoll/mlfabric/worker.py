@@ -44,6 +44,7 @@ class Worker:
         self.runs, self.reports, self.stats = [], [], Stats()
         self.rng = np.random.default_rng([cfg.seed, self.rank, 7])
         self.phase, self.stopping, self.finishing = None, False, False
+        self.told_stopped, self.error = False, None
         self.pulls, self.forwards, self.forward_to = {}, [], []
         self._compute_sched()
         self.pull, self.pull_op, self.pulled = self._pull_sched(0)
@@ -92,7 +93,7 @@ class Worker:
             self.runs.append(run)
         elif msg[0] == "stop":
             self.stopping = True
-            if self.phase is None:
+            if self.phase is None and not self.told_stopped:
                 self._stopped()
         elif msg[0] == "finish":
             self.finishing = True
@@ -113,9 +114,13 @@ class Worker:
         return False
 
     def _start_compute(self):
-        self.update = self.opt.update(
-            self.history, self.model.gradient(self.params, self.rank,
-                                              self.step))
+        try:
+            grad = check_gradient(self.model.gradient(self.params, self.rank,
+                                                      self.step), self.n)
+            self.update = self.opt.update(self.history, grad)
+        except Exception as exc:           # the user's model: tell rank 0
+            self._failed(exc)
+            return
         r, s = self.cfg.stragglers
         slow = s if self.rng.random() < r else 1.0
         self.seconds[0] = self.cfg.compute_time * slow
@@ -171,7 +176,16 @@ class Worker:
 
     def _stopped(self):
         self.phase = None
+        self.told_stopped = True
         self.ctl.send(("stopped",), dest=0, tag=CTL)
+
+    def _failed(self, exc):
+        """The gradient failed: report it and stop computing (the batch
+        programs already sent here still run, so the run drains)."""
+        self.error, self.stopping = exc, True
+        self.ctl.send(("failed", f"{type(exc).__name__}: {exc}"), dest=0,
+                      tag=CTL)
+        self._stopped()
 
     def _reap(self):
         for run in [r for r in self.runs if r.done()]:
@@ -194,3 +208,18 @@ class Worker:
         if self.made[what[1]] >= self.copies:
             self.held.pop(what[1])
             self.made.pop(what[1])
+
+
+def check_gradient(grad, n):
+    """``grad`` as a 1-D float64 array of ``n`` elements (the size of the
+    model's ``params``); a clear ValueError otherwise."""
+    try:
+        g = np.asarray(grad, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"the model's gradient is not an array of numbers "
+                         f"({exc})") from None
+    if g.shape != (n,):
+        raise ValueError(f"the model's gradient has shape {g.shape}; it "
+                         f"must be 1-D with {n} elements (the size of "
+                         f"params)")
+    return g

@@ -52,6 +52,7 @@ for predicting what a schedule should achieve.
 """
 import heapq
 import math
+import numbers
 import random
 
 
@@ -113,16 +114,23 @@ class Graph:
         return self._add(name, RECV, time, (), nbytes, info)
 
     def compute(self, name, time, deps=(), info=None):
-        """Add a compute op after ``deps`` (indices or names of earlier
-        ops); returns its index."""
+        """Add a compute op after ``deps`` (a list of indices or names of
+        earlier ops); returns its index."""
+        if isinstance(deps, (str, bytes)) or not hasattr(deps, "__iter__"):
+            raise TypeError(f"op {name!r}: deps must be a list of op "
+                            f"indices or names, got {deps!r}")
         return self._add(name, COMPUTE, time, deps, 0, info)
 
     def index(self, ref):
+        """The index of op ``ref`` (its name, or an int index)."""
         if isinstance(ref, str):
             try:
                 return self._names[ref]
             except KeyError:
                 raise ValueError(f"no op named {ref!r}") from None
+        if isinstance(ref, bool) or not isinstance(ref, numbers.Integral):
+            raise TypeError(f"an op is named by its name or int index, got "
+                            f"{ref!r}")
         if not 0 <= int(ref) < len(self.ops):
             raise ValueError(f"op {ref!r} is not in the graph (ops may only "
                              "depend on earlier ops)")
@@ -338,6 +346,36 @@ def first_use(graph):
 
 
 # ---- replay -----------------------------------------------------------------
+def _order_ops(graph, order):
+    """The receives of ``order`` ({name or index: number}), lowest number
+    first (ties in the order given); checked to be exactly the graph's
+    receives."""
+    try:
+        items = list(order.items())
+    except AttributeError:
+        raise TypeError(f"order must be a dict {{receive name: number}}, "
+                        f"got {type(order).__name__}") from None
+    ops, seen = [], set()
+    for ref, number in items:
+        op = graph.ops[graph.index(ref)]
+        if op.kind != RECV:
+            raise ValueError(f"order numbers {op.name!r}, a compute op: "
+                             f"only receives are transferred")
+        if op.index in seen:
+            raise ValueError(f"order numbers receive {op.name!r} twice")
+        if isinstance(number, bool) or \
+                not isinstance(number, numbers.Real) or number != number:
+            raise ValueError(f"order's number for {op.name!r} must be a "
+                             f"real number, got {number!r}")
+        seen.add(op.index)
+        ops.append((number, op.index, op))
+    missing = [r.name for r in graph.recvs if r.index not in seen]
+    if missing:
+        raise ValueError(f"order leaves out receive(s) {missing}: number "
+                         f"every receive of the graph")
+    return [op for _, _, op in sorted(ops, key=lambda x: x[0])]
+
+
 def simulate(graph, order, stream=True):
     """Replay one iteration: the receives cross one channel back to back
     in ``order`` ({name: number}, lower first; each takes its time), the
@@ -345,11 +383,14 @@ def simulate(graph, order, stream=True):
     order (a sequential program, as PyTorch runs a forward pass);
     ``False``: whichever ready op came first (list scheduling, as a
     dataflow executor).  Returns (T, N, C): iteration time, communication
-    time, computation time."""
+    time, computation time.
+
+    ``order`` must number exactly the graph's receives (by name or index,
+    each once): ValueError otherwise (a missing receive would count as
+    arrived at 0, a compute op as a transfer)."""
     done = [0.0] * len(graph.ops)
     t = 0.0
-    for name in sorted(order, key=lambda n: order[n]):
-        op = graph.ops[graph.index(name)]
+    for op in _order_ops(graph, order):
         t += op.time
         done[op.index] = t
     N = t

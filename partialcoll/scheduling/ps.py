@@ -45,6 +45,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import timeline as _timeline
+from .._errors import check_int
 from ..schedule import Schedule
 from . import metrics
 from .planner import COMPUTE
@@ -178,25 +179,33 @@ def run(comm, model, order_for, iterations, task="inference", ps=0,
     """Run ``iterations`` iterations of the PS and its workers (collective
     over ``comm``; every rank passes the same model and arguments).
 
+    ``iterations``: a whole number >= 1; ``ps``: a rank of ``comm``.
+
     ``order_for(worker, iteration)``: the numbers (a permutation of
     0..n-1, one per transfer of ``model``) the PS enforces for that
-    worker in that iteration; called on the PS rank only.
+    worker in that iteration; called on the PS rank only, for every
+    iteration and worker (in that order) before anything is sent, so a
+    wrong one (not a permutation, or raising) makes every rank raise
+    ValueError at once.
 
     Returns, on the PS rank, ``{"timeline": {rank: events}, "orders":
     {(worker, iteration): numbers}}`` (None elsewhere).  Raises
     ``AssertionError`` if a worker did not get the right data."""
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}")
-    rank = comm.Get_rank()
-    workers = [r for r in range(comm.Get_size()) if r != ps]
+    iterations = check_int(iterations, "iterations", 1)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    ps = check_int(ps, f"ps (a rank of the communicator of size {size})",
+                   0, size - 1)
+    workers = [r for r in range(size) if r != ps]
     if not workers:
         raise ValueError("a parameter server needs at least one worker")
+    orders = _orders(comm, model, order_for, iterations, ps, workers)
     bufs = _buffers(model, rank, ps, workers, task)
     if rank == ps:
         s, gates = _ps_schedule(comm, model, task, workers, bufs)
     else:
         s, trig = _worker_schedule(comm, model, task, ps, bufs)
-    orders = {}
     s.commit()
     _timeline.clear()
     _timeline.enable()
@@ -205,13 +214,7 @@ def run(comm, model, order_for, iterations, task="inference", ps=0,
     if rank == ps:
         for _ in range(iterations * len(workers)):
             op, rnd = s.wait_gate(timeout=timeout)
-            w = gates[op]
-            numbers = np.asarray(order_for(w, rnd), dtype=np.int64)
-            if sorted(numbers.tolist()) != list(range(model.n)):
-                raise ValueError(f"order_for({w}, {rnd}) is not a "
-                                 f"permutation of 0..{model.n - 1}")
-            bufs["order"][w][:] = numbers
-            orders[(w, rnd)] = numbers.copy()
+            bufs["order"][gates[op]][:] = orders[(gates[op], rnd)]
             s.open_gate(op, rnd)
     else:
         for _ in range(iterations):
@@ -227,6 +230,38 @@ def run(comm, model, order_for, iterations, task="inference", ps=0,
         return None
     return {"timeline": dict(events), "orders": orders,
             "ps": MPI.COMM_WORLD.Get_rank(), "world_of": _world_ranks(comm)}
+
+
+def _orders(comm, model, order_for, iterations, ps, workers):
+    """Every (worker, iteration)'s numbers, drawn and checked on the PS
+    before any message; the verdict is broadcast, so a wrong order makes
+    every rank raise instead of workers waiting out the timeout."""
+    orders, problem = {}, None
+    if comm.Get_rank() == ps:
+        try:
+            for rnd in range(iterations):
+                for w in workers:
+                    orders[(w, rnd)] = _numbers(order_for, w, rnd, model.n)
+        except Exception as exc:
+            problem = str(exc) if isinstance(exc, ValueError) else \
+                f"order_for raised {type(exc).__name__}: {exc}"
+    problem = comm.bcast(problem, root=ps)
+    if problem is not None:
+        raise ValueError(problem)
+    return orders
+
+
+def _numbers(order_for, w, rnd, n):
+    """order_for(w, rnd) as int64 numbers, checked to be a permutation."""
+    try:
+        numbers = np.array(order_for(w, rnd), dtype=np.int64).reshape(-1)
+        ok = sorted(numbers.tolist()) == list(range(n))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"order_for({w}, {rnd}) is not a permutation of "
+                         f"0..{n - 1}")
+    return numbers
 
 
 def _world_ranks(comm):
