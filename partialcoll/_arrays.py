@@ -144,6 +144,13 @@ _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
 
 
 def _from_dlpack(obj, what):
+    if getattr(obj, "is_neg", None) is not None and obj.is_neg():
+        # DLPack has no negative bit: NumPy and CuPy would read the
+        # magnitudes without their sign (torch's z.conj().imag is one)
+        raise ScheduleError(f"{what}: this tensor is a lazily negated view "
+                            f"(torch's negative bit, e.g. z.conj().imag), "
+                            f"which DLPack would read without its sign: "
+                            f"pass t.resolve_neg()")
     try:
         device_type = int(obj.__dlpack_device__()[0])
     except (AttributeError, TypeError):

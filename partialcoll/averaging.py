@@ -52,9 +52,13 @@ class FlatView:
         return self.flat
 
     def unpack_into(self, arrays):
+        """Write the flat vector back into ``arrays``, in place: through
+        each array itself, so that a non-contiguous one (a transposed
+        view, a channels-last tensor's view) is written too, not a copy
+        that ``reshape(-1)`` would make."""
         k = 0
-        for a, n in zip(arrays, self.sizes):
-            a.reshape(-1)[...] = self.flat[k:k + n]
+        for a, n, shape in zip(arrays, self.sizes, self.shapes):
+            a[...] = self.flat[k:k + n].reshape(shape)
             k += n
 
     def pieces(self):

@@ -21,7 +21,7 @@ from .eager.core import StepInfo  # noqa: E402
 from .averaging_torch import RPSOptimizer  # noqa: E402
 from .collectives.allreduce import allreduce as _allreduce  # noqa: E402
 from .collectives._staging import Compression  # noqa: E402
-from mpi4py import MPI  # noqa: E402
+from ._errors import ScheduleError, check_comm  # noqa: E402
 
 #: Horovod's names for ``EagerOptimizer(op=...)``.
 Average, Sum = "average", "sum"
@@ -40,9 +40,11 @@ def allreduce(tensor, op="average", average=None, comm=None,
 
     Args:
         tensor: a torch tensor (CPU; CUDA through CuPy, see the README).
-            A non-contiguous tensor is copied first; one that requires
-            grad is read through ``detach()`` (the result is not
-            differentiable).
+            A non-contiguous tensor is copied first, and so is a lazily
+            conjugated or negated view (``z.conj().imag``); one that
+            requires grad is read through ``detach()`` (the result is not
+            differentiable).  Other types raise ScheduleError (NumPy arrays:
+            :func:`partialcoll.allreduce`).
         op: ``"average"`` (default) or ``"sum"``, or any partialcoll
             reduction (``partialcoll.MAX``, ``MPI.MIN``, ...).  An average
             needs a floating-point tensor.
@@ -61,10 +63,17 @@ def allreduce(tensor, op="average", average=None, comm=None,
         mean_loss = pct.allreduce(loss)                 # average
         total = pct.allreduce(counts, op="sum")
     """
+    if not isinstance(tensor, _torch.Tensor):
+        raise ScheduleError(f"pct.allreduce takes a torch tensor, not "
+                        f"{type(tensor).__name__}: use partialcoll.allreduce "
+                        f"for NumPy arrays and other buffers")
+    comm = check_comm(comm)
     if average is not None:
         op = "average" if average else "sum"
     name = op.lower() if isinstance(op, str) else None
-    t = tensor.detach()
+    # a lazily conjugated or negated view (z.conj(), z.conj().imag) as its
+    # values: DLPack has no bit for either
+    t = tensor.detach().resolve_conj().resolve_neg()
     if not t.is_contiguous():
         t = t.contiguous()
     if name != "average":
@@ -73,7 +82,7 @@ def allreduce(tensor, op="average", average=None, comm=None,
     if not t.is_floating_point():
         raise ValueError(f"an average needs a floating-point tensor, not "
                          f"{t.dtype}: use op='sum'")
-    size = (MPI.COMM_WORLD if comm is None else comm).Get_size()
+    size = comm.Get_size()
     if t.element_size() == 2:              # bfloat16/float16: round once
         total = _allreduce(t.float(), comm=comm, compression=compression)
         return total.div_(size).to(t.dtype)

@@ -108,3 +108,44 @@ def test_torch_wrapper_without_drops_is_synchronous_sgd():
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(),
                                    rtol=1e-10, atol=1e-12)
     opt.close()
+
+
+def test_non_contiguous_numpy_parameters_are_averaged():
+    """A transposed (non-contiguous) parameter is averaged in place like a
+    contiguous one: the replicas, different at the start, end equal (model
+    averaging without drops, lr 0)."""
+    base = np.arange(12.0).reshape(3, 4) + RANK      # different per rank
+    params = [base.T, np.full(5, float(RANK))]       # base.T: a view
+    assert not params[0].flags.c_contiguous
+    opt = RPSOptimizer(SGD(params, lr=0.1), average="model", seed=0)
+    opt.step([np.zeros_like(p) for p in params])
+    opt.close()
+    mean = (P - 1) / 2
+    np.testing.assert_allclose(params[0], np.arange(12.0).reshape(3, 4).T
+                               + mean, rtol=1e-12)
+    np.testing.assert_allclose(base, np.arange(12.0).reshape(3, 4) + mean,
+                               rtol=1e-12)
+    np.testing.assert_allclose(params[1], np.full(5, mean), rtol=1e-12)
+
+
+@pytest.mark.max_ranks(4)
+def test_torch_wrapper_averages_channels_last_parameters():
+    """A channels-last convolution's weight is not contiguous: model
+    averaging still pulls the replicas to their mean."""
+    torch = pytest.importorskip("torch")
+    import partialcoll.torch as pct
+    torch.manual_seed(RANK)                 # different replicas
+    conv = torch.nn.Conv2d(2, 3, 3).double().to(
+        memory_format=torch.channels_last)
+    assert not conv.weight.is_contiguous()
+    start = [p.detach().clone() for p in conv.parameters()]
+    opt = pct.RPSOptimizer(torch.optim.SGD(conv.parameters(), lr=0.0),
+                           average="model", seed=0)
+    opt.zero_grad()
+    conv(torch.randn(1, 2, 4, 4, dtype=torch.float64)).sum().backward()
+    opt.step()
+    opt.close()
+    for p, p0 in zip(conv.parameters(), start):
+        mean = sum(COMM.allgather(p0)) / P
+        np.testing.assert_allclose(p.detach().numpy(), mean.numpy(),
+                                   rtol=1e-12, atol=1e-12)

@@ -253,3 +253,38 @@ def test_parameters_frozen_or_not_in_the_step():
     opt.close()
     assert torch.equal(model.head_b.bias.detach(), before)
     assert torch.count_nonzero(model.head_b.bias.grad) == 0
+
+
+@pytest.mark.parametrize("mode", ["sync", "solo"])
+@pytest.mark.parametrize("how", ["unfrozen", "inner_group"])
+def test_a_parameter_outside_the_averaged_set_is_refused(mode, how):
+    """A parameter frozen when the optimizer was wrapped and unfrozen
+    later, or added to the wrapped optimizer after wrapping, would be
+    updated with this rank's own gradient: step() refuses on every rank
+    and updates nothing; the optimizer goes on working."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    if how == "unfrozen":
+        model[0].requires_grad_(False)
+        inner = torch.optim.SGD(model.parameters(), lr=0.1)
+    else:
+        inner = torch.optim.SGD(model[1].parameters(), lr=0.1)
+    opt = pct.EagerOptimizer(inner, model.named_parameters(), mode=mode)
+    if how == "unfrozen":
+        model[0].requires_grad_(True)
+    else:
+        inner.add_param_group({"params": model[0].parameters()})
+    before = [p.detach().clone() for p in model.parameters()]
+    opt.zero_grad()
+    model(torch.randn(4, 2)).pow(2).sum().backward()
+    with pytest.raises(pc.ScheduleError, match="0.weight has a gradient but "
+                                               "is not averaged"):
+        opt.step()
+    for p, b in zip(model.parameters(), before):
+        assert torch.equal(p.detach(), b)
+    model[0].requires_grad_(False)
+    opt.zero_grad()
+    model(torch.randn(4, 2)).pow(2).sum().backward()
+    opt.step()
+    opt.close()
+    assert not torch.equal(model[1].weight.detach(), before[2])

@@ -352,3 +352,130 @@ def test_backward_passes_per_step_under_solo_loses_nothing():
                                rtol=1e-9, atol=1e-11)
     assert opt.stats()["steps"] == 5
     opt.close()
+
+
+# -- gradients edited between backward and step() (overlap) -----------------
+def _edit(model, how):
+    if how == "clip":
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+    elif how == "in_place":
+        model[0].weight.grad.mul_(0.5)
+    else:                                   # a new tensor in .grad
+        model[0].weight.grad = model[0].weight.grad * 0.5
+
+
+@pytest.mark.parametrize("how", ["clip", "in_place", "replaced"])
+@pytest.mark.parametrize("mode", ["sync", "solo"])
+def test_a_gradient_edited_after_overlap_handed_it_over_is_refused(mode,
+                                                                   how):
+    """With overlap the reduction holds the gradients as backward made
+    them; editing them before step() (clipping, unscaling) would be lost.
+    step() refuses on every rank, applies nothing, and the optimizer goes
+    on working (Horovod's pattern: synchronize(), edit, step())."""
+    a = make_model()
+    opt = pct.EagerOptimizer(torch.optim.SGD(a.parameters(), lr=0.1),
+                             a.named_parameters(), mode=mode, overlap=True)
+    assert opt.overlap
+    w0 = flat(a)
+    opt.zero_grad()
+    backward(a, 0)
+    _edit(a, how)
+    with pytest.raises(pc.ScheduleError, match="changed after backward"):
+        opt.step()
+    np.testing.assert_array_equal(flat(a), w0)
+    opt.zero_grad()
+    backward(a, 1)
+    opt.synchronize()
+    _edit(a, how)
+    with opt.skip_synchronize():
+        opt.step()
+    opt.flush()
+    assert not np.array_equal(flat(a), w0)
+    if mode == "sync":          # solo: ranks edit different partial sums
+        assert_replicas_equal(a)
+    opt.close()
+
+
+def test_an_edit_before_the_last_accumulated_pass_is_kept():
+    """backward_passes_per_step=2 with a step() after each pass: the first
+    pass's gradient is not handed over yet, so clipping it is fine and the
+    result equals overlap=False's, bit for bit."""
+    a, b = make_model(), make_model()
+    opts = [pct.EagerOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                               m.named_parameters(), mode="sync",
+                               overlap=ov, backward_passes_per_step=2)
+            for m, ov in ((a, True), (b, False))]
+    assert opts[0].overlap and not opts[1].overlap
+    for step in range(3):
+        for m, o in zip((a, b), opts):
+            o.zero_grad()
+            backward(m, 2 * step)
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 0.01)
+            o.step()
+            backward(m, 2 * step + 1)
+            o.step()
+    np.testing.assert_array_equal(flat(a), flat(b))
+    for o in opts:
+        o.close()
+
+
+def test_grad_scaler_with_overlap_through_synchronize():
+    """GradScaler with overlap, the documented way (synchronize(), then
+    unscale_, then step inside skip_synchronize()): the update equals
+    overlap=False's, where each rank unscales before averaging.  (Its
+    unscale_ does not bump torch's version counter, so step() cannot see
+    it: see the README's "Overlap with backward".)"""
+    a, b = make_model().float(), make_model().float()
+    opts = [pct.EagerOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                               m.named_parameters(), mode="sync",
+                               overlap=ov) for m, ov in ((a, True), (b, False))]
+    scalers = [torch.amp.GradScaler("cpu", init_scale=1024.0)
+               for _ in opts]
+    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(RANK))
+    w0 = flat(a)
+    for m, o, s in zip((a, b), opts, scalers):
+        o.zero_grad()
+        s.scale(m(x).pow(2).mean()).backward()
+        if o.overlap:
+            o.synchronize()
+            s.unscale_(o)
+            with o.skip_synchronize():
+                s.step(o)
+        else:
+            s.step(o)
+        s.update()
+    np.testing.assert_allclose(flat(a), flat(b), rtol=1e-6, atol=1e-7)
+    assert not np.array_equal(flat(a), w0)
+    for o in opts:
+        o.close()
+
+
+# -- the wrapped optimizer's state, replaced after wrapping -----------------
+def test_broadcast_or_load_into_the_inner_optimizer_after_wrapping():
+    """broadcast_optimizer_state(inner) and inner.load_state_dict() replace
+    the inner optimizer's param_groups and state: the wrapper (and an LR
+    scheduler made on it) sees the new ones on every rank."""
+    a = make_model()
+    inner = torch.optim.SGD(a.parameters(), lr=0.1, momentum=0.9)
+    opt = pct.EagerOptimizer(inner, a.named_parameters(), mode="sync")
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    if RANK == 0:
+        inner.param_groups[0]["lr"] = 0.4
+    pct.broadcast_optimizer_state(inner, root_rank=0)
+    assert opt.param_groups is inner.param_groups
+    assert opt.state is inner.state
+    assert opt.param_groups[0]["lr"] == 0.4
+    opt.zero_grad()
+    backward(a, 0)
+    opt.step()
+    sched.step()
+    assert inner.param_groups[0]["lr"] == pytest.approx(0.2)
+    assert len(opt.state_dict()["state"]) == len(list(a.parameters()))
+    saved = opt.state_dict()
+    fresh = torch.optim.SGD(a.parameters(), lr=0.1, momentum=0.9)
+    inner.load_state_dict(fresh.state_dict())       # the inner one
+    assert opt.param_groups[0]["lr"] == 0.1 and not opt.state
+    opt.load_state_dict(saved)                      # the wrapper's
+    assert inner.param_groups[0]["lr"] == pytest.approx(0.2)
+    assert len(inner.state) == len(list(a.parameters()))
+    opt.close()

@@ -2,11 +2,14 @@
 their specs and memory, the fused buffers and their order, priorities and
 partitions (TicTac for allreduce), and one step's collectives over them,
 synchronous or partial."""
+import numbers
+
 import numpy as np
 
 from .. import _device
 from .._errors import ScheduleError
 from ..collectives.allreduce import allreduce, iallreduce
+from ._checks import check_count
 
 class Bucket:
     """A fused buffer for some of the gradients, and its collective."""
@@ -98,12 +101,16 @@ def check_priorities(mode, priorities, partition_bytes, specs):
     if mode not in ("solo", "sync"):
         raise ScheduleError("priorities and partition_bytes work with 'solo' "
                             "and 'sync' modes only")
-    if priorities is not None and len(list(priorities)) != len(specs):
-        raise ScheduleError(f"priorities: one number per gradient "
-                            f"({len(specs)}), got {len(list(priorities))}")
-    if partition_bytes is not None and int(partition_bytes) < 1:
-        raise ScheduleError("partition_bytes must be a positive integer or "
-                            "None")
+    if priorities is not None:
+        priorities = list(priorities)
+        if len(priorities) != len(specs):
+            raise ScheduleError(f"priorities: one number per gradient "
+                                f"({len(specs)}), got {len(priorities)}")
+        bad = [p for p in priorities if isinstance(p, bool)
+               or not isinstance(p, numbers.Integral)]
+        if bad:
+            raise ScheduleError(f"priorities must be ints, not {bad[0]!r}")
+    check_count(partition_bytes, "partition_bytes")
 
 
 def prioritise(buckets, priorities, partition_bytes):

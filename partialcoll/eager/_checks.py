@@ -1,6 +1,8 @@
 """Argument checks of eager-SGD (:mod:`partialcoll.eager.core`): the mode,
-the reduction, Horovod's predivide factor, compression, and how the
-gradients of two ranks differ when they must agree."""
+the reduction, Horovod's predivide factor, compression, the integer
+options, and how the gradients of two ranks differ when they must agree."""
+import numbers
+
 import numpy as np
 
 from .._errors import ScheduleError
@@ -31,6 +33,26 @@ def check_mode(mode, size):
         return int(mode)
     raise ScheduleError(f"mode must be 'solo', 'majority', 'sync', 'sync-mpi' "
                         f"or an integer quorum, not {mode!r}")
+
+
+def check_count(value, what):
+    """An option that is a positive int or None (``sync_every``,
+    ``bucket_bytes``, ``partition_bytes``): refused, not truncated, when it
+    is anything else (2.5, True, "3", inf)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+            or value < 1:
+        raise ScheduleError(f"{what} must be a positive integer or None, "
+                            f"not {value!r}")
+    return int(value)
+
+
+def check_seed(seed):
+    """Majority mode's seed: an int (not a float, None or a string)."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ScheduleError(f"seed must be an int, not {seed!r}")
+    return int(seed)
 
 
 def check_op(op):

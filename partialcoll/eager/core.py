@@ -19,14 +19,49 @@ from mpi4py import MPI
 from .. import _comm, _device
 from .._buffers import as_array
 from .._errors import ScheduleError, check_comm
+from ..broadcast import agree as agree_or_raise
 from ..collectives.allreduce import iallreduce
 from ..collectives.partial import (MajorityAllreduce, QuorumAllreduce,
                                    SoloAllreduce)
 from ._buckets import (check_order, check_priorities, memory_of,
                        partial_buckets, plan_buckets, prioritise, spec,
                        sync_buckets)
-from ._checks import (SYNC_MODES, check_compression_for_mode, check_mode,
-                      check_op, check_predivide, describe_gradient_mismatch)
+from ._checks import (SYNC_MODES, check_compression_for_mode, check_count,
+                      check_mode, check_op, check_predivide, check_seed,
+                      describe_gradient_mismatch)
+
+
+def _problem(error):
+    """An argument error as the line every rank reports."""
+    return str(error) if isinstance(error, ScheduleError) else \
+        f"{type(error).__name__}: {error}"
+
+
+def agree_on_setup(ctl, mine, problem):
+    """Collective over ``ctl``: raise the same ScheduleError on every rank
+    when a rank found a ``problem`` in its arguments (a string; its
+    ``mine`` is then None) or the ranks' ``mine`` dicts differ.  One
+    allgather (:func:`partialcoll.broadcast.agree`, root 0 standing for
+    "no root")."""
+    everyone = agree_or_raise(ctl, "eager-SGD setup refused", 0, mine, problem)
+    bad = [k for k in mine if any(d.get(k) != mine[k] for d in everyone)]
+    if not bad:
+        return
+    lines = [describe_gradient_mismatch([d[k] for d in everyone])
+             if k == "gradients" else _comm.per_rank(everyone, k)
+             for k in bad]
+    raise ScheduleError("eager-SGD set up differently on different ranks: "
+                        + "; ".join(lines))
+
+
+def refuse_setup(comm, problem):
+    """Collective: for a wrapper that found ``problem`` (an exception) in
+    its own arguments before it could make its :class:`EagerAverager`:
+    joins the agreement the other ranks' averagers run, so the same
+    ScheduleError is raised on every rank instead of a hang.  Never
+    returns."""
+    comm = check_comm(comm)
+    agree_on_setup(_comm.library_comm(comm).ctl, None, _problem(problem))
 
 
 class StepInfo:
@@ -147,51 +182,26 @@ class EagerAverager:
                  compression=None):
         comm = check_comm(comm)
         self.size, self.rank = comm.Get_size(), comm.Get_rank()
-        self.mode = check_mode(mode, self.size)
-        self.op = check_op(op)
-        self.predivide = check_predivide(predivide, self.op)
-        self.compression = check_compression_for_mode(compression, self.mode)
-        if sync_every is not None and (isinstance(sync_every, bool) or
-                                       int(sync_every) < 1):
-            raise ScheduleError("sync_every must be a positive integer or None")
-        if bucket_bytes is not None and int(bucket_bytes) < 1:
-            raise ScheduleError("bucket_bytes must be a positive integer or None")
-        if bucket_bytes is not None and self.mode not in ("solo",) + SYNC_MODES:
-            # Each bucket would be its own partial allreduce with its own
-            # rounds; a rank whose deposit is stale in one bucket does not
-            # arrive there, while it waits for another bucket's round: two
-            # such ranks can wait on each other forever.
-            raise ScheduleError("bucket_bytes works with 'solo' and 'sync' "
-                                "modes only: separate majority/quorum rounds "
-                                "per bucket can wait on each other forever")
-        templates = list(templates)
-        self._mem, self._device = memory_of(
-            templates + ([] if device is None else [device]))
-        specs = [spec(t) for t in templates]
-        if not specs:
-            raise ScheduleError("nothing to average: no gradients given")
-        self.names = (list(names) if names is not None
-                      else [f"grad[{i}]" for i in range(len(specs))])
-        if len(self.names) != len(specs):
-            raise ScheduleError("names and templates differ in length")
-        self.specs = specs
-        self.sync_every = None if sync_every is None else int(sync_every)
-        order = check_order(order, len(specs))
-        self.overlap = bool(overlap)
-        if self.overlap and self.mode == "sync-mpi":
-            raise ScheduleError("overlap: 'sync-mpi' reduces with a blocking "
-                                "MPI_Allreduce; use 'sync' to overlap")
         lc = _comm.library_comm(comm)
-        if priorities is not None or partition_bytes is not None:
-            check_priorities(self.mode, priorities, partition_bytes, specs)
-        self._check_same_everywhere(
-            lc.ctl, bucket_bytes, seed,
-            None if priorities is None else [int(p) for p in priorities],
-            partition_bytes, {"order": order, "overlap": self.overlap,
-                              **dict(agree or {})})
+        # A bad argument on one rank must not leave the others waiting in
+        # the agreement below: it is carried into it and raised everywhere.
+        try:
+            mine = self._read_arguments(
+                templates, mode, sync_every, bucket_bytes, seed, names,
+                device, priorities, partition_bytes, op, predivide, order,
+                overlap, compression)
+            mine.update(dict(agree or {}))
+            problem = None
+        except (ScheduleError, TypeError, ValueError) as e:
+            mine, problem = None, _problem(e)
+        agree_on_setup(lc.ctl, mine, problem)
+        order, bucket_bytes = mine["order"], mine["bucket_bytes"]
+        seed, priorities = mine["seed"], mine["priorities"]
+        partition_bytes = mine["partition_bytes"]
         self.comm = comm
         self._lc = lc.acquire()     # its control duplicate, until close()
-        self._buckets = plan_buckets(specs, bucket_bytes, self._mem, order)
+        self._buckets = plan_buckets(self.specs, bucket_bytes, self._mem,
+                                     order)
         self._where = {}            # gradient index -> (bucket index, member)
         for k, b in enumerate(self._buckets):
             for m in b.members:
@@ -222,24 +232,56 @@ class EagerAverager:
         EagerAverager._created += 1
         self._order = EagerAverager._created    # the same on every rank
 
-    def _check_same_everywhere(self, comm, bucket_bytes, seed, priorities,
-                               partition_bytes, agree):
-        mine = {"gradients": [(n, s, d.str) for n, (s, d) in
+    def _read_arguments(self, templates, mode, sync_every, bucket_bytes,
+                        seed, names, device, priorities, partition_bytes, op,
+                        predivide, order, overlap, compression):
+        """Check the arguments on this rank alone and set the attributes
+        they give; returns what every rank must agree on (a dict).  Raises
+        ScheduleError (see ``__init__``: carried into the agreement)."""
+        self.mode = check_mode(mode, self.size)
+        self.op = check_op(op)
+        self.predivide = check_predivide(predivide, self.op)
+        self.compression = check_compression_for_mode(compression, self.mode)
+        self.sync_every = check_count(sync_every, "sync_every")
+        bucket_bytes = check_count(bucket_bytes, "bucket_bytes")
+        seed = check_seed(seed)
+        if bucket_bytes is not None and self.mode not in ("solo",) + SYNC_MODES:
+            # Each bucket would be its own partial allreduce with its own
+            # rounds; a rank whose deposit is stale in one bucket does not
+            # arrive there, while it waits for another bucket's round: two
+            # such ranks can wait on each other forever.
+            raise ScheduleError("bucket_bytes works with 'solo' and 'sync' "
+                                "modes only: separate majority/quorum rounds "
+                                "per bucket can wait on each other forever")
+        templates = list(templates)
+        self._mem, self._device = memory_of(
+            templates + ([] if device is None else [device]))
+        specs = [spec(t) for t in templates]
+        if not specs:
+            raise ScheduleError("nothing to average: no gradients given")
+        self.names = (list(names) if names is not None
+                      else [f"grad[{i}]" for i in range(len(specs))])
+        if len(self.names) != len(specs):
+            raise ScheduleError("names and templates differ in length")
+        self.specs = specs
+        order = check_order(order, len(specs))
+        self.overlap = bool(overlap)
+        if self.overlap and self.mode == "sync-mpi":
+            raise ScheduleError("overlap: 'sync-mpi' reduces with a blocking "
+                                "MPI_Allreduce; use 'sync' to overlap")
+        if priorities is not None or partition_bytes is not None:
+            check_priorities(self.mode, priorities, partition_bytes, specs)
+        return {"gradients": [(n, s, d.str) for n, (s, d) in
                               zip(self.names, self.specs)],
                 "memory": self._mem.name,
                 "mode": self.mode, "sync_every": self.sync_every,
                 "bucket_bytes": bucket_bytes, "seed": seed,
-                "priorities": priorities, "partition_bytes": partition_bytes,
+                "priorities": None if priorities is None
+                else [int(p) for p in priorities],
+                "partition_bytes": partition_bytes,
                 "op": self.op, "gradient_predivide_factor": self.predivide,
-                "compression": self.compression, **agree}
-        everyone, bad = _comm.disagreements(comm, mine)
-        if not bad:
-            return
-        lines = [describe_gradient_mismatch([d[k] for d in everyone])
-                 if k == "gradients" else _comm.per_rank(everyone, k)
-                 for k in bad]
-        raise ScheduleError("eager-SGD set up differently on different ranks: "
-                            + "; ".join(lines))
+                "compression": self.compression, "order": order,
+                "overlap": self.overlap}
 
     # -- steps ------------------------------------------------------------
     def reduce(self, grads):

@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 from .. import _comm
 from .._errors import ScheduleError, check_comm
-from .core import SYNC_MODES, AveragerFront, EagerAverager
+from .core import SYNC_MODES, AveragerFront, EagerAverager, refuse_setup
 from .torch_accumulation import LocalSum
 from .torch_overlap import DEFAULT_BUCKET_BYTES, Overlap, hooks_available
 from .torch_params import (backward_order, check_named, cupy_stream,
@@ -156,49 +156,92 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         if isinstance(optimizer, EagerOptimizer):
             raise ScheduleError("this optimizer is already an EagerOptimizer")
         self.optimizer = optimizer
-        self._named, self._given = check_named(optimizer, named_parameters)
-        for name, p in self._named:
-            if p.is_sparse:
-                raise ScheduleError(f"parameter {name} is sparse; eager-SGD "
-                                    f"averages dense gradients only")
-        templates = [(tuple(p.shape), np_dtype(p, n)) for n, p in self._named]
-        passes = LocalSum.check(backward_passes_per_step)
+        # A bad argument on one rank must not leave the others waiting in
+        # the averager's agreement: refuse_setup() joins it and raises there.
+        try:
+            named, self._given, self._names = check_named(optimizer,
+                                                          named_parameters)
+            self._named = named
+            for name, p in named:
+                if p.is_sparse:
+                    raise ScheduleError(f"parameter {name} is sparse; "
+                                        f"eager-SGD averages dense gradients "
+                                        f"only")
+            templates = [(tuple(p.shape), np_dtype(p, n)) for n, p in named]
+            passes = LocalSum.check(backward_passes_per_step)
+            norm = mode.lower() if isinstance(mode, str) else None
+            if bucket_bytes is None and norm in ("solo",) + SYNC_MODES:
+                bucket_bytes = DEFAULT_BUCKET_BYTES
+            numbers = priority_numbers(named, priorities)
+            if numbers is None and norm in ("solo", "sync"):
+                numbers = forward_order(named, self._given)
+            overlap = self._overlap_wanted(overlap, norm)
+        except (ScheduleError, TypeError, ValueError) as e:
+            refuse_setup(comm, e)
+        self._averaged = {id(p) for _, p in named}
         # not super(): in a class made by _eager_class that is the wrapped
-        # optimizer's own __init__, which wants its hyper-parameters
+        # optimizer's own __init__, which wants its hyper-parameters.  Its
+        # param_groups and state go to scratch attributes (see the
+        # properties below) and are dropped: the wrapped optimizer's count.
+        self._building = True
         torch.optim.Optimizer.__init__(self, optimizer.param_groups,
                                        optimizer.defaults)
-        self.param_groups = optimizer.param_groups
-        self.state = optimizer.state
-        self._gpu, device = gpu_of(self._named), None
+        del self._building, self._scratch_param_groups, self._scratch_state
+        self._gpu, device = gpu_of(named), None
         if self._gpu is not None:
             import cupy
             with cupy.cuda.Device(self._gpu.index):
                 device = cupy.empty(0)
-        norm = mode.lower() if isinstance(mode, str) else None
-        if bucket_bytes is None and norm in ("solo",) + SYNC_MODES:
-            bucket_bytes = DEFAULT_BUCKET_BYTES
-        numbers = priority_numbers(self._named, priorities)
-        if numbers is None and norm in ("solo", "sync"):
-            numbers = forward_order(self._named, self._given)
-        overlap = self._overlap_wanted(overlap, norm)
         self.averager = EagerAverager(
             templates, mode, sync_every, comm, bucket_bytes, seed,
-            [n for n, _ in self._named], device,
+            [n for n, _ in named], device,
             priorities=numbers, partition_bytes=partition_bytes, op=op,
             predivide=gradient_predivide_factor,
             agree={"backward_passes_per_step": passes},
-            order=backward_order(self._named, self._given),
+            order=backward_order(named, self._given),
             overlap=overlap, compression=compression)
         self.backward_passes_per_step = passes
-        self._local = None if passes == 1 else LocalSum(self._named, passes)
+        self._local = None if passes == 1 else LocalSum(named, passes)
         self._overlap = None if not overlap else Overlap(
-            self._named, self.averager, self._local, host_view)
+            named, self.averager, self._local, host_view)
         self._synchronized = False      # synchronize() ran since step()
         self._skipping = False          # inside skip_synchronize()
         self._warned = False
         self._warned_abandon = False
         _OPTIMIZERS.add(self)
         self._ready = True
+
+    # param_groups and state are always the wrapped optimizer's current
+    # objects: its load_state_dict() (broadcast_optimizer_state(inner), a
+    # checkpoint loaded into it) replaces both, and a copy taken once would
+    # go stale.
+    @property
+    def param_groups(self):
+        """The wrapped optimizer's ``param_groups`` (the same list)."""
+        if self.__dict__.get("_building"):
+            return self._scratch_param_groups
+        return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, groups):
+        if self.__dict__.get("_building"):
+            self._scratch_param_groups = groups
+        else:
+            self.optimizer.param_groups = groups
+
+    @property
+    def state(self):
+        """The wrapped optimizer's ``state`` (the same dict)."""
+        if self.__dict__.get("_building"):
+            return self._scratch_state
+        return self.optimizer.state
+
+    @state.setter
+    def state(self, state):
+        if self.__dict__.get("_building"):
+            self._scratch_state = state
+        else:
+            self.optimizer.state = state
 
     def _overlap_wanted(self, overlap, mode):
         """Resolve ``overlap=None/True/False`` (see the class docstring)."""
@@ -237,8 +280,6 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     def load_state_dict(self, state_dict):
         """Load into the wrapped optimizer (its state is this one's)."""
         self.optimizer.load_state_dict(state_dict)
-        self.param_groups = self.optimizer.param_groups
-        self.state = self.optimizer.state
 
     def _apply(self, averaged):
         set_grads(self._named, averaged)
@@ -260,6 +301,8 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._check_extra_pass()
+        if not self._skipping and not self._synchronized:
+            self._check_grads()
         if self._skipping:
             if not self._synchronized:
                 self._abandon(why="skip_synchronize() without "
@@ -295,11 +338,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         if extra is None:
             return
         name, count, held = extra
-        self._abandon(warn=False)
-        if self._local is not None:
-            self._local.drop()
-        self._synchronized = False
-        self._next_step()
+        self._give_up()
         if held:
             raise ScheduleError(
                 f"a backward pass reached parameter {name} after "
@@ -312,6 +351,49 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             f"soon as backward has made it, so the step was given up.  "
             f"Raise backward_passes_per_step to accumulate passes locally, "
             f"or pass overlap=False")
+
+    def _give_up(self):
+        """Before raising in ``step()``: complete the step's reductions
+        (every rank runs the same collectives) and give it up."""
+        self._abandon(warn=False)
+        if self._local is not None:
+            self._local.drop()
+        self._synchronized = False
+        self._next_step()
+
+    def _check_grads(self):
+        """Before a reduction: refuse, on this rank, a gradient that would
+        be applied unaveraged (a parameter left out of the averaged set) or
+        averaged as it was before an edit (with overlap); the step is given
+        up first (see :meth:`_give_up`)."""
+        for g, group in enumerate(self.optimizer.param_groups):
+            for k, p in enumerate(group["params"]):
+                if p.grad is not None and id(p) not in self._averaged:
+                    name = self._names.get(
+                        id(p), f"param_groups[{g}]['params'][{k}]")
+                    self._give_up()
+                    raise ScheduleError(
+                        f"parameter {name} has a gradient but is not "
+                        f"averaged: it did not require a gradient when the "
+                        f"EagerOptimizer was made, or was added to the "
+                        f"wrapped optimizer since.  Its update would differ "
+                        f"between ranks.  Make a new EagerOptimizer (flush "
+                        f"or close this one first) after changing which "
+                        f"parameters train, or set its .grad to None")
+        edited = [] if self._overlap is None else self._overlap.edited()
+        if edited:
+            self._give_up()
+            raise ScheduleError(
+                f"the gradients of {', '.join(edited[:3])}"
+                f"{' and more' if len(edited) > 3 else ''} "
+                f"changed after backward handed it over for averaging "
+                f"(overlap): the reduction under way holds the value "
+                f"before the change (GradScaler's unscale_, clip_grad_norm_"
+                f", ...), so the step was given up.  Edit the averages "
+                f"instead: opt.synchronize(), then unscale or clip, then "
+                f"'with opt.skip_synchronize(): opt.step()' (or "
+                f"scaler.step(opt)); or pass overlap=False to average the "
+                f"gradients as they are at step()")
 
     def _abandon(self, warn=True, why="step()"):
         """Give up a step that backward began (see the class docstring)."""
@@ -361,6 +443,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         the step's :class:`~partialcoll.eager.StepInfo`."""
         if not self._synchronized:
             self._check_extra_pass()
+            self._check_grads()
             if self._local is not None:
                 self._local.complete(now=True)
             self._reduce_into_grads()
@@ -453,7 +536,16 @@ def _tensors(state):
     waiting)."""
     if isinstance(state, torch.nn.Module):
         state = state.state_dict()
-    items = list(state.items()) if isinstance(state, dict) else list(state)
+    try:
+        items = list(state.items()) if isinstance(state, dict) \
+            else list(state)
+    except TypeError:
+        return [], (f"synchronize_model takes the module or its "
+                    f"state_dict(), not {type(state).__name__}")
+    if not all(isinstance(it, tuple) and len(it) == 2 for it in items):
+        return [], ("synchronize_model takes the module or its state_dict()"
+                    " (or (name, tensor) pairs), not bare tensors such as "
+                    "model.parameters(): pass the model")
     for n, t in items:
         if not isinstance(t, torch.Tensor):
             return [], f"{n} is not a tensor ({type(t).__name__})"

@@ -12,7 +12,13 @@ sum already holds, plus those that reached the parameter since the last
 over (more than N passes before ``step()``, or a backward between
 ``synchronize()`` and ``step()``) is remembered and reported by ``step()``,
 which first completes the step's reductions so that every rank runs the
-same collectives."""
+same collectives.
+
+The hand-over copies the gradient, so a change to ``.grad`` between
+backward and ``step()`` (GradScaler's ``unscale_``, ``clip_grad_norm_``)
+cannot reach a reduction already under way: each handed-over gradient's
+tensor and its ``_version`` (torch's counter of in-place changes) are
+recorded, and ``step()`` refuses a step whose gradients changed since."""
 import functools
 import weakref
 
@@ -38,6 +44,9 @@ class Overlap:
         self.seen = [0] * len(named)    # passes per parameter since step()
         self.extra = None               # (name, passes) of an extra pass
         self.held = False               # after synchronize(), until step()
+        # index -> (.grad, its _version) when handed over: a change since
+        # (an in-place edit or a new tensor) would be lost, see edited()
+        self.handed = {}
         me = weakref.ref(self)
         self.hooks = [p.register_post_accumulate_grad_hook(
             functools.partial(_on_grad, me, i))
@@ -58,12 +67,20 @@ class Overlap:
         if self.local is not None and self.local.sums[i] is not None:
             g = g + self.local.sums[i]      # passes stepped before this one
         self.averager.offer(i, self.host(g))
+        self.handed[i] = (p.grad, p.grad._version)
+
+    def edited(self):
+        """Names of the parameters whose ``.grad`` changed since it was
+        handed over in this step (modified in place, or replaced)."""
+        return [self.named[i][0] for i, (g, version) in self.handed.items()
+                if self.named[i][1].grad is not g or g._version != version]
 
     def next_step(self, held=False):
         """After a ``step()`` (``held``: after ``synchronize()``)."""
         self.seen = [0] * len(self.seen)
         self.extra = None
         self.held = held
+        self.handed = {}
 
     def remove_hooks(self):
         for h in self.hooks:

@@ -4,6 +4,7 @@ Shared by :mod:`.torch` (the optimizer) and :mod:`.torch_ddp` (DDP's
 hook)."""
 import collections
 import importlib.util
+import numbers
 
 import numpy as np
 import torch
@@ -36,7 +37,12 @@ def gpu_of(named):
 
 def host_view(t):
     """A NumPy array with ``t``'s data: a view for a contiguous CPU tensor,
-    else a host copy."""
+    else a host copy.  A sparse tensor (``nn.Embedding(sparse=True)``, say)
+    is refused: eager-SGD averages dense gradients only."""
+    if t.layout != torch.strided:
+        raise ScheduleError(f"a gradient is a {t.layout} tensor: eager-SGD "
+                            f"averages dense gradients only (make the layer "
+                            f"dense, e.g. nn.Embedding(..., sparse=False))")
     t = t.detach()
     if t.device.type != "cpu":
         t = t.to("cpu")
@@ -81,14 +87,23 @@ def priority_numbers(named, priorities):
     if unknown:
         raise ScheduleError(f"priorities name parameters the optimizer does "
                             f"not average: {unknown[:4]}")
+    for n, v in priorities.items():
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ScheduleError(f"priorities: the number of {n} must be an "
+                                f"int, not {v!r}")
     last = max(priorities.values(), default=0) + 1
     return [int(priorities.get(n, last)) for n, _ in named]
 
 
 def check_named(optimizer, named_parameters):
+    """``(named, given, names)``: the (name, parameter) pairs to average,
+    sorted by name; their names in registration order; and {id: name} of
+    every parameter ``named_parameters`` named (frozen ones too, for error
+    messages).  Raises ScheduleError on a malformed or incomplete list."""
     opt_params = [p for g in optimizer.param_groups for p in g["params"]]
     if named_parameters is None:
         named = [(f"param.{i}", p) for i, p in enumerate(opt_params)]
+        names = {id(p): n for n, p in named}
     else:
         named = list(named_parameters)
         for item in named:
@@ -106,6 +121,7 @@ def check_named(optimizer, named_parameters):
             raise ScheduleError(f"named_parameters does not name "
                                 f"{len(missing)} of the optimizer's "
                                 f"parameters (indices {missing[:4]})")
+        names = {id(p): n for n, p in named}
         opt_ids = {id(p) for p in opt_params}
         named = [(n, p) for n, p in named if id(p) in opt_ids]
     given = [n for n, p in named if p.requires_grad]   # registration order
@@ -114,7 +130,7 @@ def check_named(optimizer, named_parameters):
     if not named:
         raise ScheduleError("the optimizer has no parameter that requires "
                             "a gradient")
-    return named, given
+    return named, given, names
 
 
 def backward_order(named, given):
