@@ -240,6 +240,18 @@ def library_comm(comm):
     return lc
 
 
+def world_ranks(comm):
+    """[the MPI_COMM_WORLD rank of each rank of ``comm``] (the emulated
+    network and the timelines number ranks in MPI_COMM_WORLD)."""
+    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        return list(MPI.Group.Translate_ranks(
+            group, list(range(comm.Get_size())), world))
+    finally:
+        group.Free()
+        world.Free()
+
+
 def find(comm):
     """The :class:`LibraryComm` of ``comm`` if it has one, else None (never
     collective)."""

@@ -133,3 +133,32 @@ def test_bad_arguments():
     with pc.LoadBalancedAllreduce(np.zeros(4), scheme="average") as lb:
         with pytest.raises(pc.ScheduleError, match="float64"):
             lb(np.zeros(5))
+
+
+def test_oracle_on_a_sub_communicator_reads_world_ranks():
+    """The oracle plans with the network's rates, which are numbered by
+    MPI_COMM_WORLD rank: on a sub-communicator it read rank i's rates for
+    its rank i.  World rank 1 is slow; in the communicator of the ranks
+    but 0 it is rank 0 and must get (almost) no share."""
+    if P < 4:
+        pytest.skip("needs a sub-communicator of 3 ranks or more")
+    sub = COMM.Split(0 if RANK else MPI.UNDEFINED, RANK)
+    pc.network.enable({"default": {"out_rate": "20 MB/s",
+                                   "in_rate": "20 MB/s"},
+                       "rank": {"1": {"out_rate": "2 MB/s",
+                                      "in_rate": "2 MB/s"}}})
+    try:
+        if sub != MPI.COMM_NULL:
+            n = 60_000
+            x = np.full(n, float(sub.rank))
+            with pc.LoadBalancedAllreduce(x, comm=sub, scheme="oracle",
+                                          slice_elems=5000, num_probe=0,
+                                          measure=False) as lb:
+                for _ in range(2):
+                    y = x.copy()
+                    lb(y)
+                    assert np.allclose(y, (sub.size - 1) / 2)
+                assert lb.shares[0] < 0.2 * min(lb.shares[1:]), lb.shares
+            sub.Free()
+    finally:
+        pc.network.disable()

@@ -168,6 +168,7 @@ class LoadBalancedAllreduce:
                 "measure": measure}
         _comm.require_same(lc, "LoadBalancedAllreduce", mine)
         self.size, self.rank = lc.size, lc.rank
+        self._world = _comm.world_ranks(comm)   # the network's rank numbers
         N = self.size
         self.max_slices = N * num_probe + -(-self.n // self.slice_elems) + N
         self._ntags = 2 * self.max_slices + 1
@@ -351,8 +352,8 @@ class LoadBalancedAllreduce:
             return planner.equal_shares(M, N)
         if self.scheme == "oracle":
             from .. import network
-            S = [min(network.nic_rate(i, "out")[0],
-                     network.nic_rate(i, "in")[0]) for i in range(N)]
+            S = [min(network.nic_rate(w, "out")[0],
+                     network.nic_rate(w, "in")[0]) for w in self._world]
             S = [s if math.isfinite(s) else 1e12 for s in S]
         else:
             S = self.rates["S"]

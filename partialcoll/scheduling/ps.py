@@ -44,7 +44,7 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-from .. import timeline as _timeline
+from .. import _comm, timeline as _timeline
 from .._errors import check_int
 from ..schedule import Schedule
 from . import metrics
@@ -266,12 +266,7 @@ def _numbers(order_for, w, rnd, n):
 
 def _world_ranks(comm):
     """comm rank -> MPI_COMM_WORLD rank (timelines are by world rank)."""
-    g = comm.Get_group()
-    w = MPI.COMM_WORLD.Get_group()
-    out = MPI.Group.Translate_ranks(g, list(range(comm.Get_size())), w)
-    g.Free()
-    w.Free()
-    return dict(enumerate(out))
+    return dict(enumerate(_comm.world_ranks(comm)))
 
 
 def _check(bufs, model, rank, ps, workers, task, iterations):
