@@ -273,9 +273,20 @@ def live_duplicates():
     return len(_owned)
 
 
+def arrive(comm):
+    """Wait, sleeping (:func:`wait_for`), until every rank of ``comm`` has
+    arrived: an Ibarrier.  A blocking mpi4py collective right after it
+    finds every rank there.  Without it, ranks that come early busy-poll
+    inside MPICH; with more ranks than cores that took the CPU from the
+    slow rank and from the progress threads, and a P = 5 test suite on two
+    cores stalled for tens of seconds (bench/RESULTS.md)."""
+    wait_for(comm.Ibarrier(), longest=0.001)
+
+
 def disagreements(comm, mine):
     """Allgather the dict ``mine`` (collective).  Returns (everyone, the
     keys whose values are not the same on every rank)."""
+    arrive(comm)
     everyone = comm.allgather(mine)
     bad = [k for k in mine if any(d.get(k) != mine[k] for d in everyone)]
     return everyone, bad

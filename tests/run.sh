@@ -55,10 +55,7 @@ trap 'rm -f "$shm_before"' EXIT
 for n in 1 2 3 4 5 8; do
     echo "== MPI tests, P = $n (rank 0; ranks 1..$((n - 1)) write tests/logs/P$n/)"
     python shm_segments.py list > "$shm_before"
-    # 420 s: at P = 5 (five ranks and their progress threads on two cores)
-    # a whole suite took 221-286 s, with single tests stalling for tens of
-    # seconds in some runs and under 1 s in others (bench/RESULTS.md)
-    if timeout 420 mpiexec -n "$n" pytest -q --with-mpi -m mpi .; then
+    if timeout 300 mpiexec -n "$n" pytest -q --with-mpi -m mpi .; then
         rm -rf "logs/P$n"
     else
         status=1

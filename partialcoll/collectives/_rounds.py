@@ -184,6 +184,7 @@ class Rounds:
         self._late_seen = []                # (stat_rounds, late_total)
         self._late_warned = False
         lc = self._lc
+        _comm.arrive(lc.ctl)
         stamp_id = lc.ctl.bcast(secrets.randbits(63) if rank == 0 else None)
         s = self._sched = Schedule(lc.comm, persistent=True, stamp_id=stamp_id,
                                    priority=self.priority, reliable=True)
@@ -403,7 +404,10 @@ class Rounds:
                                 f"ids {-seen[1]}..{seen[0]}; this rank: "
                                 f"{self.id}): flush and close in the same "
                                 f"order everywhere")
-        last = ctl.allreduce(self.started(), op=MPI.MAX)
+        started = np.array([self.started()], np.int64)
+        _comm.wait_for(ctl.Iallreduce(MPI.IN_PLACE, started, op=MPI.MAX),
+                       longest=0.001)
+        last = int(started[0])
         if last > 0:
             # the bypass mark goes to this rank's pending round: make it
             # `last` (every earlier round is snapshotted once it completed).
@@ -416,13 +420,13 @@ class Rounds:
         self._sched.fire(self._bypass, round=last)
         self._sched.wait(round=last)
         seq = self._deposit(x, fresh=x is not None, bypass=True)[0]
-        ctl.Barrier()
+        _comm.arrive(ctl)
         self._sched.fire(self._bypass, round=last + 1)
         self._sched.wait(round=last + 1)
         res = self._take(seq, sync=True)
         self._epochs += 1
         self._deposit(None, in_sync=False)    # before anyone leaves
-        ctl.Barrier()
+        _comm.arrive(ctl)
         return res
 
     def started(self):

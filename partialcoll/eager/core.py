@@ -395,6 +395,7 @@ class EagerAverager:
         xp = self._mem.xp
         anything = int((extra[0] > 0 or any(r.rounds for r in res)) and
                        any(bool(xp.any(d != 0)) for d in out))
+        _comm.arrive(self._lc.ctl)           # no busy-poll for a slow rank
         if not self._lc.ctl.allreduce(anything, op=MPI.MAX):
             return None
         info = StepInfo(0, min(r.active for r in res), True,
