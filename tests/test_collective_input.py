@@ -115,3 +115,20 @@ def test_timeline_path_is_checked_when_enabled(tmp_path):
     with pytest.raises(pc.ScheduleError, match="not a writable directory"):
         pc.timeline.enable(str(tmp_path / "missing" / "t.json"))
     assert not pc.timeline.enabled()
+
+
+def test_the_straggler_report_outlives_close():
+    """stats(), rounds and started() after close() said "the schedule has
+    been freed"; a report read at the end of training is the usual case."""
+    ar = pc.SoloAllreduce(np.ones(4))
+    for _ in range(3):
+        ar(np.ones(4))
+    before = ar.stats()
+    ar.close()
+    after = ar.stats()
+    assert after["calls"] == before["calls"] == 3
+    assert after["rounds"] >= before["rounds"] >= 1     # rounds in flight
+    assert len(after["late_share"]) == P                # may have ended
+    assert ar.rounds >= 3 and ar.started >= 3
+    with pytest.raises(pc.ScheduleError, match="closed"):
+        ar(np.ones(4))

@@ -58,7 +58,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _arrays, _comm, _device
-from .._errors import ScheduleError
+from .._errors import PartialcollError, ScheduleError
 from ..ops import OPS
 from ..schedule import Schedule
 from ._builders import BUILDERS, build_recursive_doubling
@@ -136,7 +136,7 @@ class Rounds:
         self._observed = 0                # rounds taken by this rank
         self._calls = 0
         self._epochs = 0                  # synchronous rounds done here
-        self.closed = False
+        self.closed, self._at_close = False, None
         self.orphaned = False             # its handle was dropped
         Rounds._created += 1
         self.order = Rounds._created
@@ -431,7 +431,17 @@ class Rounds:
 
     def started(self):
         """Rounds this rank has started (snapshotted) so far."""
+        if self.closed:
+            return self._final("started")
         return self._deposit(None)[2]
+
+    def _final(self, what):
+        """After close: ``what`` as it was when the object was freed (the
+        straggler report stays readable)."""
+        if self._at_close is None:
+            raise ScheduleError(f"this {self.name} is closed")
+        value = self._at_close[what]
+        return dict(value) if isinstance(value, dict) else value
 
     def _take(self, seq, sync=False):
         """The result of the rounds finished since the last take (``sync``:
@@ -511,7 +521,10 @@ class Rounds:
         averaged over rounds; 0 for a rank that is never late),
         ``slowest`` (the rank with the largest late share), ``calls``
         (this rank's calls so far) and ``skipped`` (latest-only: rounds
-        passed over and held for the next synchronous round)."""
+        passed over and held for the next synchronous round).  After
+        ``close()``: the report as it was then."""
+        if self.closed:
+            return self._final("stats")
         core, m = self._sched._core_sched(), self._meta
         core.lock()
         try:
@@ -530,7 +543,10 @@ class Rounds:
     # -- housekeeping ---------------------------------------------------
     @property
     def rounds(self):
-        """Rounds completed by this rank's schedule so far."""
+        """Rounds completed by this rank's schedule so far (after
+        ``close()``: when it was closed)."""
+        if self.closed:
+            return self._final("rounds")
         return self._sched.rounds
 
     def close(self):
@@ -558,6 +574,11 @@ class Rounds:
             self._free()
 
     def _free(self):
+        try:
+            self._at_close = {"stats": self.stats(), "rounds": self.rounds,
+                              "started": self.started()}
+        except PartialcollError:         # a failed schedule: nothing to keep
+            self._at_close = None
         self._sched.free()
         self._release()
         self.closed = True

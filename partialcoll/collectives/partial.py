@@ -157,7 +157,8 @@ class PartialAllreduce:
         passed over, held for the next synchronous round).  The per-rank
         lists are the same on every rank for the same rounds.  A warning is
         logged once (``partialcoll`` logger) when some ranks were late in
-        most of the last 100 rounds."""
+        most of the last 100 rounds.  After :meth:`close` it still returns
+        the report as it was then (so do ``rounds`` and ``started``)."""
         return self._rounds.stats()
 
     @property
