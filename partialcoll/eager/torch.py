@@ -38,6 +38,27 @@ from .torch_params import (backward_order, check_named, cupy_stream,
 
 log = logging.getLogger("partialcoll")
 
+def _delegated(name):
+    """A property that reads and writes the wrapped optimizer's ``name``;
+    while torch's ``Optimizer.__init__`` runs on the wrapper (``_building``)
+    it goes to a scratch attribute that is then dropped."""
+    scratch = "_scratch_" + name
+
+    def get(self):
+        if self.__dict__.get("_building"):
+            return self.__dict__[scratch]
+        return getattr(self.optimizer, name)
+
+    def put(self, value):
+        if self.__dict__.get("_building"):
+            self.__dict__[scratch] = value
+        else:
+            setattr(self.optimizer, name, value)
+
+    return property(get, put, doc=f"The wrapped optimizer's ``{name}`` "
+                                  f"(the same object).")
+
+
 class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     """eager-SGD around ``optimizer`` (any ``torch.optim.Optimizer``).
 
@@ -215,33 +236,8 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     # objects: its load_state_dict() (broadcast_optimizer_state(inner), a
     # checkpoint loaded into it) replaces both, and a copy taken once would
     # go stale.
-    @property
-    def param_groups(self):
-        """The wrapped optimizer's ``param_groups`` (the same list)."""
-        if self.__dict__.get("_building"):
-            return self._scratch_param_groups
-        return self.optimizer.param_groups
-
-    @param_groups.setter
-    def param_groups(self, groups):
-        if self.__dict__.get("_building"):
-            self._scratch_param_groups = groups
-        else:
-            self.optimizer.param_groups = groups
-
-    @property
-    def state(self):
-        """The wrapped optimizer's ``state`` (the same dict)."""
-        if self.__dict__.get("_building"):
-            return self._scratch_state
-        return self.optimizer.state
-
-    @state.setter
-    def state(self, state):
-        if self.__dict__.get("_building"):
-            self._scratch_state = state
-        else:
-            self.optimizer.state = state
+    param_groups = _delegated("param_groups")
+    state = _delegated("state")
 
     def _overlap_wanted(self, overlap, mode):
         """Resolve ``overlap=None/True/False`` (see the class docstring)."""

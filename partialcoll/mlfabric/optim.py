@@ -17,9 +17,9 @@ any order, and server and replica agree whenever they have applied the
 same updates (the divergence bound is then Eq. 11 with gamma = 0: the sum
 of the norms of the updates one has applied and the other not).
 """
-import math
-
 import numpy as np
+
+from .config import check_real
 
 
 class SGD:
@@ -38,11 +38,10 @@ class SGD:
     """
 
     def __init__(self, lr=0.1, momentum=0.0):
-        lr, momentum = _real(lr, "lr"), _real(momentum, "momentum")
-        if not (math.isfinite(lr) and lr > 0):      # NaN fails too
-            raise ValueError(f"lr must be finite and > 0, got {lr!r}")
-        if not 0 <= momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+        lr = check_real(lr, "lr", 0, open_low=True)
+        momentum = check_real(momentum, "momentum (in [0, 1))", 0, high=1)
+        if momentum == 1:
+            raise ValueError("momentum must be < 1, got 1")
         self.lr, self.momentum = lr, momentum
 
     def __repr__(self):
@@ -66,14 +65,3 @@ class SGD:
         """How far ``update`` moves the model (for Eq. 11)."""
         return self.lr * float(np.linalg.norm(update))
 
-
-def _real(value, name):
-    """``value`` as a float; a clear TypeError for what is not a real
-    number (a bool, a string, None)."""
-    try:
-        if isinstance(value, (bool, str, bytes)):
-            raise TypeError
-        return float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number, got "
-                        f"{value!r}") from None
