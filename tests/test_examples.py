@@ -77,3 +77,31 @@ def test_ddp_hook_example():
     assert "step 6: loss" in out
     assert "mode solo: 6 steps" in out
     assert "straggler report: slowest rank" in out
+
+
+@needs_torch
+def test_mlfabric_example_compares_modes_on_one_network():
+    out = run_example("mlfabric_torch.py", "--duration", 3, "--tau-max", 4,
+                      n=4)
+    assert "3 workers" in out
+    lines = {m: [ln for ln in out.splitlines() if ln.startswith(m + ":")]
+             for m in ("mlfabric", "async")}
+    assert all(len(v) == 1 for v in lines.values()), out
+    for mode, (line,) in lines.items():
+        first, last = (float(x) for x in
+                       line.split("loss ")[1].split(" in ")[0].split(" -> "))
+        assert last < first, line          # the model learned
+    # the delay bound held, and the run's own checks are all clean
+    assert "(tau_max 4)" in out
+    delay = int(out.split("largest delay ")[1].split(" ")[0])
+    assert delay <= 4, out
+    assert out.count("run checks: all clean") == 2, out
+    assert "time to loss" in out
+    assert "every rank holds the server's model: True" in out
+
+
+def test_mlfabric_example_refuses_a_bad_mode():
+    rc, out, err, _ = run_mpi(["python", os.path.join(
+        EXAMPLES, "mlfabric_torch.py"), "--modes", "mlfabric,sync"],
+        n=2, timeout=TIMEOUT)
+    assert rc not in (0, 124) and "--modes takes" in err and "sync" in err
