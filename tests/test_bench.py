@@ -376,24 +376,25 @@ def test_mlfabric_benchmark_server_nic_fixed():
 
 
 @pytest.mark.max_ranks(4)
-def test_mlfabric_benchmark_one_copy_distribution(capsys):
-    """--distribution one-copy runs and the table's title names it; an
-    unknown shape is refused by the parser."""
+@pytest.mark.parametrize("shape", ["one-copy", "earliest"])
+def test_mlfabric_benchmark_relayed_distribution(capsys, shape):
+    """--distribution one-copy / earliest runs and the table's title
+    names it; an unknown shape is refused by the parser."""
     if MPI.COMM_WORLD.size < 3:
         pytest.skip("a server and two workers at least")
     from partialcoll.bench import mlfabric
     args = args_for(mlfabric, [
         "--quick", "--duration", "1", "--distributors", "2",
-        "--distribution", "one-copy", "--schemes", "mlfabric-2N"])
+        "--distribution", shape, "--schemes", "mlfabric-2N"])
     rows = mlfabric.run(args)
     if MPI.COMM_WORLD.rank == 0:
         assert rows[0]["out_MBps"] > 0
-        assert "2 distributors (one-copy)" in capsys.readouterr().out
+        assert f"2 distributors ({shape})" in capsys.readouterr().out
     with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
         args_for(mlfabric, ["--distribution", "binomial"])
-    with pytest.raises(SystemExit, match="needs --distributors"):
+    with pytest.raises(SystemExit, match=f"{shape} needs --distributors"):
         mlfabric.run(args_for(mlfabric, [
-            "--quick", "--duration", "1", "--distribution", "one-copy",
+            "--quick", "--duration", "1", "--distribution", shape,
             "--schemes", "mlfabric-2N"]))
 
 

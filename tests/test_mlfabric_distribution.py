@@ -171,16 +171,53 @@ def test_choose_relays_by_hand():
     assert choose_relays([1, 2], out, inn, 0, 1) == [1]
 
 
+def test_earliest_tree_by_hand():
+    """The "earliest" tree (the server a holder too), equal 10 MB/s links
+    and 1 MB: 1 from the server (0.1 s); 2 from 1 (0.2 s; the server
+    would finish at the same time, and a tie goes to the relay); 3 from
+    the server, free at 0.1 (0.2 s, where a relay would take until
+    0.3 s); 4 from 1 (0.3 s, tied with the server and relay 2)."""
+    out, inn = rates(n=5)
+    assert plan_relayed([1, 2, 3, 4], out, inn, 0, [1, 2], MB,
+                        server_sends=True) == \
+        [(0, 1, 0), (1, 2, 0), (0, 3, 1), (1, 4, 1)]
+
+
+def test_earliest_tree_passes_by_slow_relays():
+    """Relays that send at 0.1 MB/s (10 s a copy): the server serves
+    everyone itself, where the one-copy tree sends three copies through
+    them; with a slow server (1 MB/s) and fast relays it is the one-copy
+    tree."""
+    out, inn = rates(n=5, out1=0.1 * MB, out2=0.1 * MB)
+    assert plan_relayed([1, 2, 3, 4], out, inn, 0, [1, 2], MB,
+                        server_sends=True) == \
+        [(0, 1, 0), (0, 2, 1), (0, 3, 2), (0, 4, 3)]
+    assert len([h for h in plan_relayed([1, 2, 3, 4], out, inn, 0, [1, 2],
+                                        MB) if h[0] != 0]) == 3
+    out, inn = rates(n=5, out0=1 * MB)
+    assert plan_relayed([1, 2, 3, 4], out, inn, 0, [1, 2], MB,
+                        server_sends=True) == \
+        plan_relayed([1, 2, 3, 4], out, inn, 0, [1, 2], MB) == \
+        [(0, 1, 0), (1, 2, 0), (1, 3, 1), (2, 4, 0)]
+
+
+@pytest.mark.parametrize("server_sends", [False, True])
 @pytest.mark.parametrize("seed", range(30))
-def test_one_copy_structure_on_random_instances(seed):
+def test_one_copy_structure_on_random_instances(seed, server_sends):
     """Every requester once; the server sends exactly one copy when there
-    are relays; every other copy comes from a relay that has its own
-    already (earlier in the list); a sender's priorities count up."""
+    are relays (at least one with ``server_sends``); every other copy
+    comes from a relay that has its own already (earlier in the list); a
+    sender's priorities count up."""
     rng, out, inn, server, requests, relays = random_instance(seed)
-    hops = plan_relayed(requests, out, inn, server, relays, MB, now=3.0)
+    hops = plan_relayed(requests, out, inn, server, relays, MB, now=3.0,
+                        server_sends=server_sends)
     assert sorted(d for _, d, _ in hops) == sorted(requests)
     from_server = [d for s, d, _ in hops if s == server]
-    assert len(from_server) == (1 if relays else len(requests))
+    if server_sends and relays:
+        assert 1 <= len(from_server) <= len(requests)
+        assert hops[0] == (server, relays[0], 0)
+    else:
+        assert len(from_server) == (1 if relays else len(requests))
     got = set()
     prios = {}
     for s, d, prio in hops:
@@ -199,6 +236,9 @@ def test_run_config_checks_distribution():
     with pytest.raises(ValueError, match="distribution must be one of"):
         RunConfig(mode="mlfabric", tau_max=4, duration=1.0,
                   distribution="binomial")
-    with pytest.raises(ValueError, match="needs distributors"):
-        RunConfig(mode="mlfabric", tau_max=4, duration=1.0,
-                  distribution="one-copy")
+    for shape in ("one-copy", "earliest"):
+        with pytest.raises(ValueError, match=f"'{shape}' needs distributors"):
+            RunConfig(mode="mlfabric", tau_max=4, duration=1.0,
+                      distribution=shape)
+    assert RunConfig(mode="mlfabric", tau_max=4, duration=1.0, distributors=1,
+                     distribution="earliest").distribution == "earliest"

@@ -125,14 +125,18 @@ def slow_server_out():
     yield from _one_nic_slow("0", "out_rate", "0.2 MB/s")
 
 
-@pytest.mark.parametrize("distribution", ["algorithm3", "one-copy"])
+@pytest.mark.parametrize("distribution", ["algorithm3", "one-copy",
+                                          "earliest"])
 @pytest.mark.parametrize("mode", ["mlfabric", "mlfabric-s"])
 def test_pulls_over_a_distribution_tree(slow_server_out, mode, distribution):
     """Section 10.3: pulls that queue behind the server's slow outgoing
     link go out as distribution trees; relays forward copies; every pull
     is answered exactly once (by the server or a relay), the invariants
     hold and the loss falls.  "one-copy": the server sends one copy per
-    tree (relays may pass on what a relay sent them)."""
+    tree, and relays pass on what a relay sent them (server -> relay ->
+    relay -> worker, seen at P = 8, where a tree can have four or more
+    requesters); "earliest" too, the relays being far faster than the
+    server here; Algorithm 3's tree has two levels, so never there."""
     start, res = run(mode, distributors=2, duration=1.5,
                      distribution=distribution)
     check_invariants(res, tau_max=P - 1 if mode == "mlfabric" else None)
@@ -145,6 +149,11 @@ def test_pulls_over_a_distribution_tree(slow_server_out, mode, distribution):
     assert relays, res.bytes
     if distribution == "one-copy":
         assert pulls["server"] == pulls["batches"], pulls
+    if distribution == "algorithm3":
+        assert pulls["chained"] == 0, pulls
+    elif P == 8:
+        assert pulls["chained"] > 0, pulls
+    assert pulls["chained"] <= pulls["relayed"]
 
 
 @pytest.fixture

@@ -45,6 +45,7 @@ from mpi4py import MPI
 import partialcoll as pc
 from ..mlfabric import (SGD, SoftmaxRegression, TanhMLP, train,
                         train_allreduce)
+from ..mlfabric.config import DISTRIBUTIONS
 from ._common import (
     auto_or_count, cli, emit, limit_blas, listed, one_of, real,
     save_plot, whole, writable)
@@ -102,11 +103,13 @@ def add_args(p):
                    help="relays of the model's distribution tree for the "
                    "MLfabric schemes' pulls (section 10.3; 0: the server "
                    "sends every copy itself, as plain async PS does)")
-    p.add_argument("--distribution", choices=("algorithm3", "one-copy"),
+    p.add_argument("--distribution", choices=DISTRIBUTIONS,
                    default="algorithm3",
                    help="the distribution tree's shape: Algorithm 3's "
-                   "(section 10.3) or 'one-copy' (the server sends one copy "
-                   "per batch, the distributors pass it on)")
+                   "(section 10.3), 'one-copy' (the server sends one copy "
+                   "per batch, the distributors pass it on) or 'earliest' "
+                   "(each copy from the server or a distributor, whichever "
+                   "would finish it first)")
     p.add_argument("--lr", type=real(0, True), default=5.0)
     p.add_argument("--momentum", type=real(0), default=0.5)
     p.add_argument("--sync-lr", choices=("scaled", "same"), default="scaled",
@@ -272,9 +275,9 @@ def run(args, comm=MPI.COMM_WORLD):
     if unknown:
         raise SystemExit(f"mlfabric: unknown schemes {sorted(unknown)}; "
                          f"known: {', '.join(SCHEMES + OPTIONAL)}")
-    if args.distribution == "one-copy" and args.distributors < 1:
-        raise SystemExit("mlfabric: --distribution one-copy needs "
-                         "--distributors >= 1")
+    if args.distribution != "algorithm3" and args.distributors < 1:
+        raise SystemExit(f"mlfabric: --distribution {args.distribution} "
+                         f"needs --distributors >= 1")
     if args.common_target and args.target_loss is not None:
         raise SystemExit("mlfabric: --common-target chooses the target "
                          "itself; give it or --target-loss, not both")
@@ -294,6 +297,7 @@ def run(args, comm=MPI.COMM_WORLD):
                           comm.size - 1))
     server = " (the server's NICs fixed at the top rate)" \
         if args.server_nic == "fixed" else ""
+    shape = args.distribution
     emit(rows, list(rows[0]) if rows else [], args,
          f"MLfabric comparison: P = {comm.size} ({comm.size - 1} workers), "
          f"{args.model}, {_update_bytes(args)} B updates, base rate "
@@ -302,7 +306,7 @@ def run(args, comm=MPI.COMM_WORLD):
          f"lr {args.lr:g} (synchronous schemes: {args.sync_lr}), BLAS "
          f"threads per rank {cap or 'as the library starts'}, "
          f"{args.aggregators} aggregators, {args.distributors} distributors"
-         f"{' (one-copy)' if args.distribution == 'one-copy' else ''}; "
+         f"{'' if shape == 'algorithm3' else f' ({shape})'}; "
          f"ceiling: the speed-up over ring that stragglers alone allow "
          f"(straggler_ceiling)", comm)
     if args.plot and comm.rank == 0:

@@ -3,7 +3,7 @@ import math
 import operator
 
 MODES = ("mlfabric", "async", "mlfabric-s")
-DISTRIBUTIONS = ("algorithm3", "one-copy")
+DISTRIBUTIONS = ("algorithm3", "one-copy", "earliest")
 
 
 class RunConfig:
@@ -30,9 +30,10 @@ class RunConfig:
         if distribution not in DISTRIBUTIONS:
             raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, "
                              f"got {distribution!r}")
-        if distribution == "one-copy" and not distributors:
-            raise ValueError("distribution 'one-copy' needs distributors "
-                             ">= 1 (the relays that pass the copy on)")
+        if distribution != "algorithm3" and not distributors:
+            raise ValueError(f"distribution {distribution!r} needs "
+                             f"distributors >= 1 (the relays that pass the "
+                             f"copy on)")
         aggregators = check_aggregators(aggregators, "aggregators")
         replica_aggregators = check_aggregators(replica_aggregators,
                                                 "replica_aggregators")

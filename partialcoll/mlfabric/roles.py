@@ -92,7 +92,7 @@ class Stats:
         self.comm = []      # MLfabric-S: per iteration, planned to applied
         self.notified, self.late = set(), set()
         self.pulls = collections.Counter()      # model copies: "server",
-        #                                         "relayed", "batches"
+        #                               "relayed", "chained", "batches"
 
 
 def _ctl_messages(ctl):

@@ -200,10 +200,14 @@ class Server:
         out, inn = self.sched.monitor.rates(t)
         relays = choose_relays(waiting, out, inn, self.roles.server,
                                self.cfg.distributors)
-        plan = plan_relayed if self.cfg.distribution == "one-copy" else \
-            plan_distribution
-        hops = plan(waiting, out, inn, self.roles.server, relays,
-                    float(self.w.nbytes + 16), t)
+        if self.cfg.distribution == "algorithm3":
+            hops = plan_distribution(waiting, out, inn, self.roles.server,
+                                     relays, float(self.w.nbytes + 16), t)
+        else:
+            hops = plan_relayed(
+                waiting, out, inn, self.roles.server, relays,
+                float(self.w.nbytes + 16), t,
+                server_sends=self.cfg.distribution == "earliest")
         source, forward = {}, {w: [] for w in waiting}
         for i, (src, dst, prio) in enumerate(hops):
             source[dst] = src

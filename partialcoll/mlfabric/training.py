@@ -29,7 +29,9 @@ class RunResult:
         bytes: {(src, dst): bytes sent} over the emulated network.
         scheduler: {"batches", "cpu_mean", "cpu_max"} seconds per batch.
         pulls: {"server": model copies the server sent, "relayed": copies
-            relays forwarded, "batches": distribution trees (0 without
+            relays forwarded, "chained": those of them that the relay had
+            itself from a relay (a tree three or more levels deep, as
+            "one-copy" builds), "batches": distribution trees (0 without
             ``distributors``)}.
         updates: {"notified", "applied", "dropped"}.
         invariants: {"max_delay", "late", "dropped_sent", "applied_twice",
@@ -78,10 +80,12 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
             copy.
         distribution: the tree's shape, with ``distributors``:
             "algorithm3" (default, section 10.3: the server sends to each
-            relay and to a direct group) or "one-copy" (ours: the server
+            relay and to a direct group), "one-copy" (ours: the server
             sends one copy per batch and the relays pass it on, for when
-            its outgoing link is the bottleneck; see
-            :func:`.dyntree.plan_relayed`).
+            its outgoing link is the bottleneck) or "earliest" (ours:
+            each copy from the server or a relay, whichever would finish
+            it first by the monitor's rates, so slow relays are passed
+            by); see :func:`.dyntree.plan_relayed`.
         replica, replica_aggregators, div_max: the replica (5.3).
         batch_interval: seconds between batches (0.1, the paper's).
         compute_time: seconds of emulated compute per step (a DELAY op).
@@ -214,7 +218,8 @@ def _result(server, everyone, roles, cfg, wall):
                    "cpu_max": float(max(cpu, default=0.0))},
         updates={"notified": len(st.notified),
                  "applied": sum(applied.values()), "dropped": len(dropped)},
-        pulls={k: pulls[k] for k in ("server", "relayed", "batches")},
+        pulls={k: pulls[k] for k in ("server", "relayed", "chained",
+                                     "batches")},
         invariants=invariants, replica=replica, wall=wall, comm=st.comm,
         mode=cfg.mode, config=cfg, failures=dict(server.failures))
 

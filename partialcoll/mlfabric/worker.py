@@ -155,6 +155,8 @@ class Worker:
             self.reports.append(r)
         for i, dst in enumerate(self.forward_to):
             self._forward(dst, i)
+            if self.pull_src != 0:   # a copy that came from a relay: the
+                self.stats.pulls["chained"] += 1   # tree is 3+ levels deep
         self.forward_to = []
         if self.stopping:
             self._stopped()
