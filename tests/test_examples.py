@@ -24,6 +24,15 @@ def run_example(script, *args, n=2):
     return out
 
 
+def refused(script, *args, n=2):
+    """Run ``script`` with bad arguments: it must exit non-zero (not time
+    out); returns what it wrote to stderr."""
+    rc, out, err, _ = run_mpi(["python", os.path.join(EXAMPLES, script)]
+                              + [str(a) for a in args], n=n, timeout=TIMEOUT)
+    assert rc not in (0, 124), f"{script} exited {rc}\n{out}\n{err}"
+    return err
+
+
 def test_every_example_is_listed_in_its_readme():
     with open(os.path.join(EXAMPLES, "README.md")) as f:
         readme = f.read()
@@ -40,10 +49,8 @@ def test_solo_allreduce_example():
 
 
 def test_solo_allreduce_example_refuses_a_bad_rank():
-    rc, out, err, _ = run_mpi(["python", os.path.join(
-        EXAMPLES, "solo_allreduce_mpi4py.py"), "--slow-rank", "7"],
-        n=2, timeout=TIMEOUT)
-    assert rc not in (0, 124) and "--slow-rank must be in 0..1" in err
+    err = refused("solo_allreduce_mpi4py.py", "--slow-rank", 7)
+    assert "--slow-rank must be in 0..1" in err
 
 
 @needs_torch
@@ -101,7 +108,5 @@ def test_mlfabric_example_compares_modes_on_one_network():
 
 
 def test_mlfabric_example_refuses_a_bad_mode():
-    rc, out, err, _ = run_mpi(["python", os.path.join(
-        EXAMPLES, "mlfabric_torch.py"), "--modes", "mlfabric,sync"],
-        n=2, timeout=TIMEOUT)
-    assert rc not in (0, 124) and "--modes takes" in err and "sync" in err
+    err = refused("mlfabric_torch.py", "--modes", "mlfabric,sync")
+    assert "--modes takes" in err and "sync" in err
