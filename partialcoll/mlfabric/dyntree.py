@@ -322,14 +322,13 @@ def plan_relayed(requests, out_rates, in_rates, server, distributors, size,
     crosses a distributor's links.  When those are slow (under N3 half
     of them are at the lowest rate) the tree is slower than the server
     alone (16 ranks, C2-N3, seed 0: MLfabric applied 732 updates in 60 s
-    over the one-copy tree, 1,695 without distributors).  Letting the
-    server send too
-    makes the tree the greedy earliest-finish broadcast over the holders:
-    the server serves whom its fast link reaches first, the distributors
-    take the rest.  Measured there (three seeds): it lifts C2-N3 from
-    0.49x to 0.87x ring and costs C2-N1 and C2-N2 about a tenth; the
-    plan sees neither a relay's own pushes nor rates that changed since
-    the monitor last saw them.
+    over the one-copy tree, 1,695 without distributors).  With the server
+    as a holder the plan is the greedy earliest-finish broadcast: the
+    server serves whom its fast link reaches first, the distributors the
+    rest.  Measured there (three seeds): C2-N3 rises from 0.49x to 0.87x
+    ring, C2-N1 and C2-N2 lose about a tenth.  The plan sees neither a
+    relay's own pushes nor rates that changed since the monitor last saw
+    them.
 
     Args and return value as :func:`plan_distribution`.
 
