@@ -102,7 +102,7 @@ def make_data(seed, features=64, classes=10, batch=32):
 
 
 def report(mode, res, tau_max):
-    t0, _, first = res.losses[0]
+    _, _, first = res.losses[0]
     t, applied, last = res.losses[-1]
     server_in = sum(b for (src, dst), b in res.bytes.items() if dst == 0)
     server_out = sum(b for (src, dst), b in res.bytes.items() if src == 0)

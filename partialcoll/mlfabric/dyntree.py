@@ -322,13 +322,13 @@ def plan_relayed(requests, out_rates, in_rates, server, distributors, size,
     crosses a distributor's links.  When those are slow (under N3 half
     of them are at the lowest rate) the tree is slower than the server
     alone (16 ranks, C2-N3, three seeds: MLfabric applied 732-870
-    updates in 60 s over the one-copy tree, 1,742-1,833 without one).  With the server
-    as a holder the plan is the greedy earliest-finish broadcast: the
-    server serves whom its fast link reaches first, the distributors the
-    rest.  Measured there: C2-N3 rises from 0.49x to 0.87x ring (no
-    tree: 1.52x), C2-N1 and C2-N2 lose about a tenth.  The plan sees neither a
-    relay's own pushes nor rates that changed since the monitor last saw
-    them.
+    updates in 60 s over the one-copy tree, 1,742-1,833 without one).
+    With the server as a holder the plan is the greedy earliest-finish
+    broadcast: the server serves whom its fast link reaches first, the
+    distributors the rest.  Measured there: C2-N3 rises from 0.49x to
+    0.87x ring (no tree: 1.52x), C2-N1 and C2-N2 lose about a tenth.  The
+    plan sees neither a relay's own pushes nor rates that changed since
+    the monitor last saw them.
 
     Args and return value as :func:`plan_distribution`.
 

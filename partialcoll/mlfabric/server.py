@@ -200,14 +200,13 @@ class Server:
         out, inn = self.sched.monitor.rates(t)
         relays = choose_relays(waiting, out, inn, self.roles.server,
                                self.cfg.distributors)
+        plan = (waiting, out, inn, self.roles.server, relays,
+                float(self.w.nbytes + 16), t)
         if self.cfg.distribution == "algorithm3":
-            hops = plan_distribution(waiting, out, inn, self.roles.server,
-                                     relays, float(self.w.nbytes + 16), t)
+            hops = plan_distribution(*plan)
         else:
             hops = plan_relayed(
-                waiting, out, inn, self.roles.server, relays,
-                float(self.w.nbytes + 16), t,
-                server_sends=self.cfg.distribution == "earliest")
+                *plan, server_sends=self.cfg.distribution == "earliest")
         source, forward = {}, {w: [] for w in waiting}
         for i, (src, dst, prio) in enumerate(hops):
             source[dst] = src
