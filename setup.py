@@ -17,7 +17,7 @@ import shlex
 import shutil
 import subprocess
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 
@@ -99,9 +99,7 @@ setup(
                 "allreduce) over MPI, with an asynchronous C schedule executor",
     long_description=open("README.md").read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",
-    packages=["partialcoll", "partialcoll.collectives", "partialcoll.eager",
-              "partialcoll.scheduling", "partialcoll.bench",
-              "partialcoll.loadbalance", "partialcoll.mlfabric"],
+    packages=find_packages(include=["partialcoll", "partialcoll.*"]),
     ext_modules=[ext, linkops],
     cmdclass={"build_ext": BuildExt},
     python_requires=">=3.9",

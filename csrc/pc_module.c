@@ -6,7 +6,7 @@
 
 #include <math.h>
 
-static PyObject *exc_for_code[PC_NCODES];   /* set by partialcoll._errors */
+static PyObject *exc_for_code[PC_NCODES];   /* set by partialcoll.core.errors */
 
 PyObject *pc_raise(int rc, const char *msg)
 {
@@ -88,7 +88,7 @@ static PyObject *mod_set_send_cap(PyObject *m, PyObject *args)
 }
 
 /* set_network(config): the emulated network from a normalised description
- * (partialcoll/network.py writes it), or "" for plain MPI. */
+ * (partialcoll/transport/network.py writes it), or "" for plain MPI. */
 static PyObject *mod_set_network(PyObject *m, PyObject *args)
 {
     (void)m;

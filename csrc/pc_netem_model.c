@@ -25,7 +25,7 @@ static double uniform(uint64_t seed, uint64_t a, uint64_t b, uint64_t c,
     return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* ---- configuration: one directive per line (partialcoll/network.py
+/* ---- configuration: one directive per line (partialcoll/transport/network.py
  * writes it; see there for the TOML users write) */
 static int bad(char *err, int errlen, const char *what, int line)
 {

@@ -119,7 +119,7 @@
 #include "pc_device.h"
 #include "pc_transport.h"
 
-/* ---- error codes (mapped to Python exceptions by partialcoll/_errors.py) */
+/* ---- error codes (mapped to Python exceptions by partialcoll/core/errors.py) */
 enum {
     PC_OK = 0,
     PC_EINVAL = 1,     /* misuse: bad graph, bad buffer, bad argument */

@@ -1,5 +1,5 @@
 /* pc_timeline.c -- a record of what the executor and the wire did, for a
- * trace viewer (partialcoll/timeline.py turns it into Chrome trace JSON).
+ * trace viewer (partialcoll/transport/timeline.py turns it into Chrome trace JSON).
  *
  * Off by default: every recording site tests pc_tl_on first, so the cost
  * when off is one predictable branch.  When on, events append to one array

@@ -17,13 +17,16 @@ Quick start (``mpiexec -n 4 python prog.py``)::
 # libmpi that our extension links against by soname.
 from mpi4py import MPI  # noqa: F401
 
-from . import _core, _env  # noqa: E402
-from ._errors import (DeviceError, PartialcollError,  # noqa: E402
-                      ScheduleBusyError, ScheduleError, ScheduleFreedError, ThreadLevelError,
-                      TransportError, WaitTimeout)
-from .ops import OPS as _OPS, Op, as_op  # noqa: E402
-from .schedule import ALL, ANY, Request, Schedule, Slot  # noqa: E402
-from ._device import gpu_path, set_gpu_path  # noqa: E402
+from .core import env  # noqa: E402
+from .core.errors import (DeviceError, PartialcollError,  # noqa: E402
+                          ScheduleBusyError, ScheduleError,
+                          ScheduleFreedError, ThreadLevelError,
+                          TransportError, WaitTimeout)
+from .core.ops import OPS as _OPS, Op, as_op  # noqa: E402
+from .core.schedule import ALL, ANY, Request, Schedule, Slot  # noqa: E402
+from .core.devices import gpu_path, set_gpu_path  # noqa: E402
+from .core.engine import (engine_stats, now,  # noqa: E402
+                          progress_thread_cputime, set_send_cap)
 
 SUM, PROD, MIN, MAX = _OPS["SUM"], _OPS["PROD"], _OPS["MIN"], _OPS["MAX"]
 LAND, LOR, LXOR = _OPS["LAND"], _OPS["LOR"], _OPS["LXOR"]
@@ -39,42 +42,10 @@ from .collectives.forms import (close_partials, flush_partials,  # noqa: E402
                                 quorum_allreduce, solo_allreduce)
 from .collectives.lossy_average import RPSAverage, RPSRound  # noqa: E402
 from .loadbalance.allreduce import LoadBalancedAllreduce  # noqa: E402
-from . import _comm  # noqa: E402,F401  (registers the exit handler)
+from . import averaging  # noqa: E402
+from .transport import network, timeline  # noqa: E402
 
-
-from . import averaging, network, timeline  # noqa: E402
-
-
-def progress_thread_cputime():
-    """CPU seconds the progress thread has used so far (0 if not started)."""
-    return _core.thread_cputime()
-
-
-def now():
-    """The executor's clock in seconds (CLOCK_MONOTONIC: the same on every
-    process of a host), as used by ``Schedule.start_at`` and timelines."""
-    return _core.now()
-
-
-def set_send_cap(n):
-    """At most ``n`` sends in flight per destination process, the rest
-    queued and released lowest ``priority`` first, so priority decides what
-    the wire carries first.  0 (the default, or PARTIALCOLL_SEND_CAP)
-    removes the cap: nothing queues."""
-    if not isinstance(n, int) or n < 0:
-        raise ScheduleError(f"the send cap must be an int >= 0, got {n!r}")
-    _core.set_send_cap(n)
-
-
-def engine_stats():
-    """Counters of the progress engine: ``outstanding`` messages (of every
-    kind: idle persistent schedules add none, one control receive per
-    communicator serves them), ``hot`` (round-bound ones), ``sends_left``,
-    ``unclaimed``/``foreign`` stamped messages, and ``send_cap``."""
-    return _core.engine_stats()
-
-
-set_send_cap(_env.get(_env.SEND_CAP, 0, int))
+set_send_cap(env.get(env.SEND_CAP, 0, int))
 
 
 __version__ = "0.1.0"

@@ -24,7 +24,7 @@ Use plain SGD without momentum to match the paper's analysis::
 """
 import numpy as np
 
-from ._errors import ScheduleError
+from .core.errors import ScheduleError
 from .collectives.lossy_average import RPSAverage
 
 MODES = ("model", "gradients")

@@ -12,7 +12,7 @@ them, without copies of the tensors themselves)."""
 import numpy as np
 import torch
 
-from ._errors import ScheduleError
+from .core.errors import ScheduleError
 from .averaging import FlatView, check_mode
 from .collectives.lossy_average import RPSAverage
 

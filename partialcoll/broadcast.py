@@ -2,7 +2,7 @@
 torch broadcasts (:mod:`partialcoll.broadcast_torch`) build on.
 
 Each function here is collective over ``comm`` and talks on the library's
-control duplicate of it (see :mod:`._comm`), so its messages never match
+control duplicate of it (see :mod:`partialcoll.core.libcomm`), so its messages never match
 the program's own.  A mistake made on some ranks only (a root that is out
 of range or differs between ranks, inputs that differ, an object the root
 cannot pickle) raises the same :class:`ScheduleError` on every rank instead
@@ -14,8 +14,9 @@ import numbers
 
 from mpi4py import MPI
 
-from . import _comm
-from ._errors import ScheduleError, check_comm
+from .core import libcomm
+from .core.errors import ScheduleError
+from .core.checks import check_comm
 
 
 def control_comm(comm):
@@ -23,7 +24,7 @@ def control_comm(comm):
     flushing the function forms that wait for this collective (collective
     the first time: it duplicates ``comm``)."""
     comm = check_comm(comm)
-    lc = _comm.library_comm(comm)
+    lc = libcomm.library_comm(comm)
     lc.before_collective()
     return lc.ctl
 
@@ -49,7 +50,7 @@ def agree(ctl, what, root_rank, mine=None, error=None):
     error)``; raise the same ScheduleError on every rank when a rank
     reported an ``error`` or the roots differ or are not ranks.  Returns
     the list of every rank's ``mine`` (the caller compares them)."""
-    _comm.arrive(ctl)                    # no busy-poll for a slow rank
+    libcomm.arrive(ctl)                    # no busy-poll for a slow rank
     everyone = ctl.allgather((root_rank, mine, error))
     errors = [(r, e) for r, (_, _, e) in enumerate(everyone) if e]
     if errors:

@@ -24,7 +24,7 @@ import collections
 
 import torch
 
-from ._errors import ScheduleError
+from .core.errors import ScheduleError
 from .broadcast import (agree, broadcast_pickled, control_comm,
                         root_argument)
 

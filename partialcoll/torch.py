@@ -21,7 +21,8 @@ from .eager.core import StepInfo  # noqa: E402
 from .averaging_torch import RPSOptimizer  # noqa: E402
 from .collectives.allreduce import allreduce as _allreduce  # noqa: E402
 from .collectives._staging import Compression  # noqa: E402
-from ._errors import ScheduleError, check_comm  # noqa: E402
+from .core.errors import ScheduleError  # noqa: E402
+from .core.checks import check_comm
 
 #: Horovod's names for ``EagerOptimizer(op=...)``.
 Average, Sum = "average", "sum"

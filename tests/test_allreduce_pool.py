@@ -56,7 +56,7 @@ def test_pool_stays_bounded_over_1000_distinct_sizes():
 
 
 def test_pool_trims_to_the_byte_budget(monkeypatch):
-    monkeypatch.setitem(ar_module._settings, ar_module._env.ALLREDUCE_POOL_BYTES,
+    monkeypatch.setitem(ar_module._settings, ar_module.env.ALLREDUCE_POOL_BYTES,
                         64 * 1024)
     for n in (3000, 3001, 3002, 3003, 3004):          # 24 KiB temp each
         pc.allreduce(np.ones(n))

@@ -12,7 +12,7 @@ import pytest
 from mpi4py import MPI
 
 import partialcoll as pc
-from partialcoll import _device
+from partialcoll.core import devices
 
 pytestmark = pytest.mark.mpi
 COMM = MPI.COMM_WORLD
@@ -188,13 +188,13 @@ def test_device_buffers_are_refused_with_a_reason(net):
     """The arrival time travels in a host-memory header beside the data, so
     the emulated network refuses device pointers (the CUDA-aware path)."""
     comm = net({"default": {"latency": "1 ms"}})
-    _device.set_gpu_path("cuda-aware")
+    devices.set_gpu_path("cuda-aware")
     try:
         s = pc.Schedule(comm)
-        x = _device.emulated(np.ones(8))
+        x = devices.emulated(np.ones(8))
         s.send(s.buffer(x, writable=False), (RANK + 1) % P, tag=1)
         with pytest.raises(pc.TransportError, match="host buffers only"):
             s.post().wait(timeout=10)
         s.free()
     finally:
-        _device.set_gpu_path(None)
+        devices.set_gpu_path(None)

@@ -4,7 +4,7 @@ import pytest
 from mpi4py import MPI
 
 import partialcoll as pc
-from partialcoll import _comm
+from partialcoll.core import libcomm
 
 pytestmark = pytest.mark.mpi
 COMM = MPI.COMM_WORLD
@@ -38,15 +38,15 @@ def test_split_free_split_function_forms_follow_the_new_group():
 
 
 def test_duplicates_are_freed_with_the_user_communicator():
-    before = _comm.live_duplicates()
+    before = libcomm.live_duplicates()
     sub = COMM.Split(RANK % 2, RANK)
     pc.allreduce(np.ones(4), comm=sub)
     pc.solo_allreduce(np.ones(4), comm=sub)
     pc.majority_allreduce(np.ones(4), comm=sub)
-    assert _comm.live_duplicates() > before
+    assert libcomm.live_duplicates() > before
     sub.Free()                     # closes the function forms collectively
-    assert _comm.live_duplicates() == before
-    assert all(lc.attached or lc.refs > 0 for lc in _comm.live())
+    assert libcomm.live_duplicates() == before
+    assert all(lc.attached or lc.refs > 0 for lc in libcomm.live())
 
 
 def rss_kib():
@@ -60,11 +60,11 @@ KINDS = [(pc.SoloAllreduce, {}), (pc.MajorityAllreduce, {"seed": 1}),
 
 
 def test_objects_share_two_duplicates_and_give_their_tags_back():
-    tags = _comm.library_comm(COMM).tags     # made on first use
-    before = _comm.live_duplicates()
+    tags = libcomm.library_comm(COMM).tags     # made on first use
+    before = libcomm.live_duplicates()
     held, blocks = tags.held, tags.blocks
     objs = [cls(np.zeros(3), **kw) for _ in range(10) for cls, kw in KINDS]
-    assert _comm.live_duplicates() == before
+    assert libcomm.live_duplicates() == before
     assert tags.blocks == blocks + len(objs)
     ranges = sorted((ar._rounds._tag0, ar._rounds._tag0 + ar._rounds._ntags)
                     for ar in objs)
@@ -76,15 +76,15 @@ def test_objects_share_two_duplicates_and_give_their_tags_back():
         ar.close()
     assert (res.data + final.data == P).all()
     assert (tags.held, tags.blocks) == (held, blocks)
-    assert _comm.live_duplicates() == before
+    assert libcomm.live_duplicates() == before
 
 
 @pytest.mark.max_ranks(4)
 def test_create_and_close_in_sequence_stays_flat():
     """10,000 in sequence were checked by hand; here enough to see a leak of
     a communicator, a tag block or a few KiB per object."""
-    tags = _comm.library_comm(COMM).tags
-    before = _comm.live_duplicates()
+    tags = libcomm.library_comm(COMM).tags
+    before = libcomm.live_duplicates()
 
     def cycle(n):
         for i in range(n):
@@ -94,6 +94,6 @@ def test_create_and_close_in_sequence_stays_flat():
     cycle(40)
     held, rss = tags.held, rss_kib()
     cycle(200)
-    assert tags.held == held and _comm.live_duplicates() == before
+    assert tags.held == held and libcomm.live_duplicates() == before
     grown = rss_kib() - rss
     assert grown < 2048, f"RSS grew by {grown} KiB over 200 objects"

@@ -15,9 +15,9 @@ import pytest
 from mpi4py import MPI
 
 import partialcoll as pc
-from partialcoll import _device, _kernels
+from partialcoll.core import devices, kernels
 from partialcoll.collectives.allreduce import ALGORITHMS
-from partialcoll.ops import OPS
+from partialcoll.core.ops import OPS
 
 # Framework wrappers over the collectives: their subject does not depend on
 # P beyond what P = 1..5 cover, and at P = 8 (4 ranks per core) they cost a
@@ -49,13 +49,13 @@ class Emulated:
     name = "emulate"
 
     def to(self, x):
-        return _device.emulated(x)
+        return devices.emulated(x)
 
     def host(self, x):
         return np.asarray(x).view(np.ndarray)
 
     def is_device(self, x):
-        return isinstance(x, _device.EmulatedArray)
+        return isinstance(x, devices.EmulatedArray)
 
 
 class Cupy:
@@ -83,12 +83,12 @@ def dev(request):
 @pytest.fixture(params=["staged", "cuda-aware"])
 def path(request, dev):
     if request.param == "cuda-aware" and dev.name == "cupy" and \
-            not _device.mpi_cuda_aware():
+            not devices.mpi_cuda_aware():
         pytest.skip("this MPI is not CUDA-aware: device pointers would crash "
                     "it (PARTIALCOLL_GPU_PATH=cuda-aware forces it anyway)")
-    _device.set_gpu_path(request.param)
+    devices.set_gpu_path(request.param)
     yield request.param
-    _device.set_gpu_path(None)
+    devices.set_gpu_path(None)
 
 
 def _values(dtype, n, seed):
@@ -119,7 +119,7 @@ def test_allreduce_equals_numpy_every_op_and_dtype(dev, path):
                 assert dev.is_device(got)
                 assert np.array_equal(dev.host(got), want), (op, dt, kw)
             checked += 1
-    assert checked == len(_kernels.kernel_pairs()) == 102
+    assert checked == len(kernels.kernel_pairs()) == 102
     # and against NumPy directly
     x = np.arange(1000.0) * (RANK + 1)
     got = dev.host(pc.allreduce(dev.to(x)))
@@ -254,21 +254,21 @@ def test_bad_input_is_refused(dev, path):
 
 
 def test_gpu_path_setting():
-    auto = "cuda-aware" if _device.mpi_cuda_aware() else "staged"
-    _device.set_gpu_path("auto")
+    auto = "cuda-aware" if devices.mpi_cuda_aware() else "staged"
+    devices.set_gpu_path("auto")
     try:
-        assert _device.gpu_path() == auto
+        assert devices.gpu_path() == auto
         with pytest.raises(pc.ScheduleError, match="gpu path must be"):
-            _device.set_gpu_path("fast")
+            devices.set_gpu_path("fast")
         for p in ("staged", "cuda-aware"):
-            _device.set_gpu_path(p)
-            assert _device.gpu_path() == p
+            devices.set_gpu_path(p)
+            assert devices.gpu_path() == p
             s = pc.Schedule(COMM)
-            s.buffer(_device.emulated(np.zeros(2)))
+            s.buffer(devices.emulated(np.zeros(2)))
             assert s.gpu_path == p
             s.free()
     finally:
-        _device.set_gpu_path(None)
+        devices.set_gpu_path(None)
 
 
 @pytest.mark.parametrize("mode", ["solo", "majority", 2, "sync", "sync-mpi"])

@@ -22,9 +22,11 @@ pytest.importorskip("sphinx", reason="Sphinx is not installed (pip install "
 #: documented in their modules (partialcoll.mlfabric.links.Timeline)
 PACKAGES = ["partialcoll", "partialcoll.eager", "partialcoll.torch",
             "partialcoll.mlfabric"]
-ALIASES = {"partialcoll.torch.StepInfo": "partialcoll.eager.StepInfo"}
+ALIASES = {"partialcoll.torch.StepInfo": "partialcoll.eager.StepInfo",
+           "partialcoll.timeline": "partialcoll.transport.timeline",
+           "partialcoll.network": "partialcoll.transport.network"}
 BY_MODULE = {"partialcoll.mlfabric"}
-MODULES = {"partialcoll.timeline", "partialcoll.network"}
+MODULES = {"partialcoll.transport.timeline", "partialcoll.transport.network"}
 
 
 @pytest.fixture(scope="module")

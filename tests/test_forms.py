@@ -11,7 +11,7 @@ import pytest
 from mpi4py import MPI
 
 import partialcoll as pc
-from partialcoll import _comm
+from partialcoll.core import libcomm
 from partialcoll.collectives import forms as forms_module
 
 pytestmark = pytest.mark.mpi
@@ -95,7 +95,7 @@ def test_form_cache_is_bounded_and_eviction_loses_nothing():
     for rep in range(2):
         for n in sizes:
             got[n] += pc.solo_allreduce(np.ones(n)).data
-            cache = _comm.find(COMM).cache["partial.forms"].cache
+            cache = libcomm.find(COMM).cache["partial.forms"].cache
             assert len(cache) <= limit
     for n, data in settle_all().items():
         got[n] += data
@@ -147,5 +147,5 @@ def test_context_manager_closes_and_returns_what_was_left():
     for _, res in scope.results:
         got += res.data
     assert (got == 20 * P).all()
-    assert not _comm.find(COMM).cache["partial.forms"].cache
+    assert not libcomm.find(COMM).cache["partial.forms"].cache
     COMM.Barrier()

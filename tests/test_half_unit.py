@@ -7,7 +7,7 @@ import pytest
 from mpi4py import MPI
 
 import partialcoll as pc
-from partialcoll import _arrays
+from partialcoll.core import arrays
 
 ALL_HALVES = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16) \
     .view(np.float16)
@@ -74,25 +74,25 @@ def _float32_patterns():
 def test_bfloat16_rounding_is_torchs():
     torch = pytest.importorskip("torch", reason="needs PyTorch")
     f = _float32_patterns().view(np.float32)
-    got = _arrays.narrow(f, _arrays.BFLOAT16)
+    got = arrays.narrow(f, arrays.BFLOAT16)
     want = torch.from_numpy(f).to(torch.bfloat16).view(torch.int16).numpy()
     nan = np.isnan(f)           # any NaN stays a NaN (payloads may differ)
     assert np.array_equal(got.view(np.int16)[~nan], want[~nan])
     assert ((got[nan] & 0x7FFF) > 0x7F80).all()
     # widening back is exact on every bfloat16 value
     every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    wide = _arrays.widen(every, _arrays.BFLOAT16)
+    wide = arrays.widen(every, arrays.BFLOAT16)
     want = torch.from_numpy(every.view(np.int16)).view(torch.bfloat16) \
         .float().numpy()
     assert np.array_equal(wide.view(np.uint32), want.view(np.uint32))
-    assert np.array_equal(_arrays.narrow(wide, _arrays.BFLOAT16)[
+    assert np.array_equal(arrays.narrow(wide, arrays.BFLOAT16)[
         ~np.isnan(wide)], every[~np.isnan(wide)])
 
 
 def test_float16_rounding_is_torchs():
     torch = pytest.importorskip("torch", reason="needs PyTorch")
     f = _float32_patterns().view(np.float32)
-    got = _arrays.narrow(f, _arrays.FLOAT16)
+    got = arrays.narrow(f, arrays.FLOAT16)
     want = torch.from_numpy(f).to(torch.float16).numpy()
     assert same_bits(got, want)
 
@@ -100,8 +100,8 @@ def test_float16_rounding_is_torchs():
 def test_bfloat16_tensors_are_read_and_written_in_place():
     torch = pytest.importorskip("torch", reason="needs PyTorch")
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4).to(torch.bfloat16)
-    data = _arrays.ingest(t)
-    assert data.dtype == _arrays.BFLOAT16 and data.dtype == "bfloat16"
+    data = arrays.ingest(t)
+    assert data.dtype == arrays.BFLOAT16 and data.dtype == "bfloat16"
     assert data.array.dtype == np.uint16 and data.shape == (3, 4)
     assert data.array.ctypes.data == t.data_ptr()
     data.array[1, 2] = 0x3F80                  # bfloat16 1.0
@@ -113,25 +113,25 @@ def test_bfloat16_tensors_are_read_and_written_in_place():
     assert t.sum().item() == sum(range(12)) - 6 + 1     # still alive, intact
     for bad in (t.t(), t[:, ::2]):
         with pytest.raises(pc.ScheduleError, match="C-contiguous"):
-            _arrays.ingest(bad)
-    assert _arrays.ingest(torch.zeros(0, dtype=torch.bfloat16)).array.size == 0
-    assert _arrays.ingest(t[1:]).array.ctypes.data == t[1:].data_ptr()
+            arrays.ingest(bad)
+    assert arrays.ingest(torch.zeros(0, dtype=torch.bfloat16)).array.size == 0
+    assert arrays.ingest(t[1:]).array.ctypes.data == t[1:].data_ptr()
 
 
 def test_results_are_of_the_callers_type():
     torch = pytest.importorskip("torch", reason="needs PyTorch")
     t = torch.ones(3, dtype=torch.float64)
-    data = _arrays.ingest(t)
+    data = arrays.ingest(t)
     assert data.array.ctypes.data == t.data_ptr()       # zero-copy
     a = np.arange(3.0)
     wrapped = data.kind.wrap(a)
     assert isinstance(wrapped, torch.Tensor) and wrapped.data_ptr() == \
         a.ctypes.data
-    half = _arrays.deliver(np.float32([1, 2, 3]), _arrays.BFLOAT16,
-                           _arrays.ingest(t.to(torch.bfloat16)).kind)
+    half = arrays.deliver(np.float32([1, 2, 3]), arrays.BFLOAT16,
+                           arrays.ingest(t.to(torch.bfloat16)).kind)
     assert half.dtype == torch.bfloat16 and half.tolist() == [1, 2, 3]
-    assert _arrays.deliver(a, a.dtype, _arrays.ARRAY) is a
-    assert _arrays.ingest(bytearray(8)).array.dtype == np.uint8
+    assert arrays.deliver(a, a.dtype, arrays.ARRAY) is a
+    assert arrays.ingest(bytearray(8)).array.dtype == np.uint8
 
     class NoNamespace:                  # a DLPack exporter of unknown type
         def __init__(self, a):
@@ -143,6 +143,6 @@ def test_results_are_of_the_callers_type():
         def __dlpack_device__(self):
             return self._a.__dlpack_device__()
 
-    data = _arrays.ingest(NoNamespace(a))
-    assert data.kind is _arrays.ARRAY and data.array.ctypes.data == \
+    data = arrays.ingest(NoNamespace(a))
+    assert data.kind is arrays.ARRAY and data.array.ctypes.data == \
         a.ctypes.data

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import partialcoll as pc
-from partialcoll import _kernels
+from partialcoll.core import kernels
 
 SHIM = """
 #define __global__
@@ -29,7 +29,7 @@ def lib(tmp_path_factory):
         pytest.skip("no C++ compiler to build the kernels for the host")
     d = tmp_path_factory.mktemp("kernels")
     src, so = d / "kernels.cpp", d / "kernels.so"
-    src.write_text(SHIM + _kernels.source())
+    src.write_text(SHIM + kernels.source())
     subprocess.run([cxx, "-std=c++11", "-Wall", "-Werror", "-O1", "-shared",
                     "-fPIC", str(src), "-o", str(so)], check=True)
     return ctypes.CDLL(str(so))
@@ -37,7 +37,7 @@ def lib(tmp_path_factory):
 
 def test_every_kernel_matches_the_host_reduction(lib):
     rng = np.random.default_rng(0)
-    pairs = _kernels.kernel_pairs()
+    pairs = kernels.kernel_pairs()
     assert len(pairs) == 102        # 98 + float16 SUM/PROD/MIN/MAX
     for op, dt in pairs:
         n = 257
@@ -58,7 +58,7 @@ def test_every_kernel_matches_the_host_reduction(lib):
         s.post().wait()
         s.free()
         got = a.copy()
-        fn = getattr(lib, _kernels.kernel_name(op, dt))
+        fn = getattr(lib, kernels.kernel_name(op, dt))
         fn(ctypes.c_void_p(got.ctypes.data), ctypes.c_void_p(b.ctypes.data),
            ctypes.c_longlong(n))
         assert np.array_equal(got, want), (op, dt)
@@ -87,7 +87,7 @@ def test_float16_kernels_match_the_host_executor_bit_for_bit(lib):
             expect = ref(a, b)
         assert np.array_equal(want.view(np.uint16), expect.view(np.uint16)), op
         got = a.copy()
-        getattr(lib, _kernels.kernel_name(op, "float16"))(
+        getattr(lib, kernels.kernel_name(op, "float16"))(
             ctypes.c_void_p(got.ctypes.data), ctypes.c_void_p(b.ctypes.data),
             ctypes.c_longlong(got.size))
         assert np.array_equal(got.view(np.uint16), want.view(np.uint16)), op

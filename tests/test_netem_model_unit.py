@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from partialcoll import _core, network
-from partialcoll._errors import ScheduleError
+from partialcoll import _core
+from partialcoll.transport import network
+from partialcoll.core.errors import ScheduleError
 
 WIRE, DONE = 1, 2
 

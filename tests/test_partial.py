@@ -143,12 +143,12 @@ def test_results_are_not_overwritten_later():
 
 
 def test_function_form_reuses_one_object():
-    from partialcoll import _comm
+    from partialcoll.core import libcomm
     x = np.ones(6, np.float32)
     out = np.empty_like(x)
     res = pc.solo_allreduce(x, out)
     assert res.data is out
-    forms = _comm.find(COMM).cache["partial.forms"].cache
+    forms = libcomm.find(COMM).cache["partial.forms"].cache
     n = len(forms)
     for _ in range(5):
         pc.solo_allreduce(x)

@@ -2,7 +2,7 @@
 import pytest
 
 from partialcoll import ScheduleError
-from partialcoll._comm import TagSpace
+from partialcoll.core.libcomm import TagSpace
 from partialcoll.collectives._rounds import tag_block_size
 
 

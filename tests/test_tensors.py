@@ -281,12 +281,12 @@ def test_cuda_bfloat16_bits_without_cupys_own_bfloat16():
     the same memory (a write through the view shows in the tensor)."""
     dev = _cuda_or_skip()
     import cupy
-    from partialcoll import _arrays
+    from partialcoll.core import arrays
     t = torch.arange(12, dtype=torch.float32).to(torch.bfloat16).to(dev)
-    bits = _arrays._bfloat16_bits(t, cupy)
+    bits = arrays._bfloat16_bits(t, cupy)
     assert isinstance(bits, cupy.ndarray) and bits.dtype == np.uint16
     assert np.array_equal(cupy.asnumpy(bits),
                           t.cpu().view(torch.int16).numpy().view(np.uint16))
     bits[0] = 0x3F80                                # 1.0 in bfloat16
     assert t[0].item() == 1.0
-    assert _arrays._bfloat16_bits(torch.ones(2, device=dev), cupy) is None
+    assert arrays._bfloat16_bits(torch.ones(2, device=dev), cupy) is None

@@ -258,7 +258,7 @@ class Buffers:
         if self.device == "gpu":
             return self.xp.asarray(a)
         if self.device == "emulate":
-            from .._device import emulated
+            from ..core.devices import emulated
             return emulated(a)
         return a
 

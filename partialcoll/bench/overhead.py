@@ -127,8 +127,8 @@ def rss_mib():
 def churn(comm, n):
     """Create and close n objects in sequence: (RSS growth MiB, library
     duplicates before, after)."""
-    from .. import _comm
-    dups0 = _comm.live_duplicates()
+    from ..core import libcomm
+    dups0 = libcomm.live_duplicates()
     ar = pc.SoloAllreduce(np.zeros(4), comm=comm)
     ar.close()
     rss0 = rss_mib()
@@ -136,7 +136,7 @@ def churn(comm, n):
         ar = pc.SoloAllreduce(np.zeros(4), comm=comm)
         ar(np.ones(4))
         ar.close()
-    return rss_mib() - rss0, dups0, _comm.live_duplicates()
+    return rss_mib() - rss0, dups0, libcomm.live_duplicates()
 
 
 def scale_rows(args, comm, add):

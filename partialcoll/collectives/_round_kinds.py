@@ -3,7 +3,7 @@ activation, see :mod:`._rounds`): solo (any caller), majority (the rank
 drawn for the round) and quorum (k callers' arrivals at rank 0)."""
 import numbers
 
-from .._errors import ScheduleError
+from ..core.errors import ScheduleError
 from ._rounds import Rounds
 
 

@@ -57,10 +57,10 @@ import secrets
 import numpy as np
 from mpi4py import MPI
 
-from .. import _arrays, _comm, _device
-from .._errors import PartialcollError, ScheduleError
-from ..ops import OPS
-from ..schedule import Schedule
+from ..core import arrays, libcomm, devices
+from ..core.errors import PartialcollError, ScheduleError
+from ..core.ops import OPS
+from ..core.schedule import Schedule
 from ._builders import BUILDERS, build_recursive_doubling
 from .allreduce import _Done, choose_algorithm
 from ._result import PartialResult
@@ -115,7 +115,7 @@ class Rounds:
     def __init__(self, n, args, algorithm):
         for k, v in args.items():
             setattr(self, k, v)
-        lc = _comm.library_comm(self.comm)
+        lc = libcomm.library_comm(self.comm)
         self.size, self.rank = lc.size, lc.rank
         self.quorum = self._check_quorum(self.quorum)
         lc.before_collective()
@@ -155,9 +155,9 @@ class Rounds:
                 "catch_up": self.catch_up, "sync_every": self.sync_every,
                 "algorithm": algorithm, "priority": self.priority,
                 "compression": self.compression}
-        everyone, bad = _comm.disagreements(lc.ctl, mine)
+        everyone, bad = libcomm.disagreements(lc.ctl, mine)
         if bad:
-            detail = "; ".join(_comm.per_rank(everyone, k) for k in bad)
+            detail = "; ".join(libcomm.per_rank(everyone, k) for k in bad)
             raise ScheduleError(f"{self.name} created with different "
                                 f"arguments on different ranks ({detail})")
 
@@ -187,7 +187,7 @@ class Rounds:
         # the ranks met in _check_consistent, yet meeting again here before
         # the bcast measured faster at 5 ranks on 2 cores (median 14.0 s
         # against 16.5 s for test_eager_ddp + test_forms)
-        _comm.arrive(lc.ctl)
+        libcomm.arrive(lc.ctl)
         stamp_id = lc.ctl.bcast(secrets.randbits(63) if rank == 0 else None)
         s = self._sched = Schedule(lc.comm, persistent=True, stamp_id=stamp_id,
                                    priority=self.priority, reliable=True)
@@ -263,22 +263,22 @@ class Rounds:
 
     # -- calls ----------------------------------------------------------
     def take_buffer(self, sendbuf, what="sendbuf"):
-        """``sendbuf`` (any array or tensor, see :mod:`.._arrays`) as a flat
+        """``sendbuf`` (any array or tensor, see :mod:`partialcoll.core.arrays`) as a flat
         array where this object's buffers live, checked against its dtype
         and size (raises if closed), as the dtype it reduces in (16-bit
         floats widened to float32; rounded to float16 under compression);
-        and the :class:`~.._arrays.ArrayKind` of the caller's results."""
+        and the :class:`~partialcoll.core.arrays.ArrayKind` of the caller's results."""
         self.check_open()
-        data = sendbuf if isinstance(sendbuf, _arrays.Data) else \
-            _arrays.ingest(sendbuf, what)
-        x = _device.flat_in_place(data.array, self.mem, self.device, what,
+        data = sendbuf if isinstance(sendbuf, arrays.Data) else \
+            arrays.ingest(sendbuf, what)
+        x = devices.flat_in_place(data.array, self.mem, self.device, what,
                                   self.name)
         if (data.dtype is not self.given and data.dtype != self.given) or \
                 x.size != self._pending.size:
             raise ScheduleError(f"{what} is {data.dtype}[{x.size}], this "
                                 f"{self.name} takes {self.given}"
                                 f"{list(self.shape)}")
-        return _arrays.reduced_as(x, self.given, self.dtype), data.kind
+        return arrays.reduced_as(x, self.given, self.dtype), data.kind
 
     def start(self, x):
         """Contribute ``x`` (a flat array on the object's memory); returns a
@@ -400,7 +400,7 @@ class Rounds:
         self._sched.fire(self._bypass, round=entry)
         ids = np.array([self.id, -self.id], np.int64)
         seen = np.zeros(2, np.int64)
-        _comm.wait_for(ctl.Iallreduce(ids, seen, op=MPI.MAX), longest=0.001)
+        libcomm.wait_for(ctl.Iallreduce(ids, seen, op=MPI.MAX), longest=0.001)
         if seen[0] != -seen[1]:
             raise ScheduleError(f"flush()/close() of different objects at "
                                 f"the same time on different ranks (object "
@@ -408,7 +408,7 @@ class Rounds:
                                 f"{self.id}): flush and close in the same "
                                 f"order everywhere")
         started = np.array([self.started()], np.int64)
-        _comm.wait_for(ctl.Iallreduce(MPI.IN_PLACE, started, op=MPI.MAX),
+        libcomm.wait_for(ctl.Iallreduce(MPI.IN_PLACE, started, op=MPI.MAX),
                        longest=0.001)
         last = int(started[0])
         if last > 0:
@@ -423,13 +423,13 @@ class Rounds:
         self._sched.fire(self._bypass, round=last)
         self._sched.wait(round=last)
         seq = self._deposit(x, fresh=x is not None, bypass=True)[0]
-        _comm.arrive(ctl)
+        libcomm.arrive(ctl)
         self._sched.fire(self._bypass, round=last + 1)
         self._sched.wait(round=last + 1)
         res = self._take(seq, sync=True)
         self._epochs += 1
         self._deposit(None, in_sync=False)    # before anyone leaves
-        _comm.arrive(ctl)
+        libcomm.arrive(ctl)
         return res
 
     def started(self):
@@ -570,7 +570,7 @@ class Rounds:
             while True:
                 flag = np.array([1 if core.busy else 0], np.int64)
                 out = np.zeros(1, np.int64)
-                _comm.wait_for(self._lc.ctl.Iallreduce(flag, out, op=MPI.MAX))
+                libcomm.wait_for(self._lc.ctl.Iallreduce(flag, out, op=MPI.MAX))
                 if out[0] == 0:
                     return
         finally:
@@ -642,7 +642,7 @@ def dropped(rounds):
             "(collective) or use it as a context manager.", rounds.label)
 
 
-@_comm.register("at_exit")
+@libcomm.register("at_exit")
 def quiesce_all():
     """Exit handler: quiesce every open object, in creation order (the same
     on all ranks), then free it."""

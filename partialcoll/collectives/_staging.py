@@ -30,10 +30,10 @@ What travels and how results are rounded:
 import numpy as np
 from mpi4py import MPI
 
-from .. import _arrays, _device
-from .._arrays import ARRAY, FLOAT16, FLOAT32, is_half
-from .._errors import ScheduleError
-from ..ops import as_op
+from ..core import arrays, devices
+from ..core.arrays import ARRAY, FLOAT16, FLOAT32, is_half
+from ..core.errors import ScheduleError
+from ..core.ops import as_op
 
 
 class Compression:
@@ -63,7 +63,7 @@ def plain(sendbuf, recvbuf, compression):
         if buf is None or buf is MPI.IN_PLACE:
             continue
         if not (isinstance(buf, np.ndarray) or
-                _device.backend_of(buf) is not None) or buf.dtype == FLOAT16:
+                devices.backend_of(buf) is not None) or buf.dtype == FLOAT16:
             return False
     return True
 
@@ -80,10 +80,10 @@ class Call:
             (sendbuf is recvbuf and sendbuf is not None)
         if inplace and recvbuf is None:
             raise ScheduleError("MPI.IN_PLACE needs recvbuf")
-        recv = None if recvbuf is None else _arrays.ingest(recvbuf, "recvbuf")
-        send = recv if inplace else _arrays.ingest(sendbuf, "sendbuf")
+        recv = None if recvbuf is None else arrays.ingest(recvbuf, "recvbuf")
+        send = recv if inplace else arrays.ingest(sendbuf, "sendbuf")
         self.dtype = dtype = send.dtype
-        _arrays.check_op(self.op, dtype)
+        arrays.check_op(self.op, dtype)
         if recv is not None and (recv.dtype is not dtype and
                                  recv.dtype != dtype or
                                  recv.array.size != send.array.size):
@@ -95,7 +95,7 @@ class Call:
         else:
             self.result, out = recvbuf, recv.array
         self._out = _flat(out, "recvbuf")
-        if not _arrays.writeable(self._out):
+        if not arrays.writeable(self._out):
             raise ScheduleError("recvbuf is read-only")
         if recv is not None and recv.kind is ARRAY and \
                 not isinstance(recvbuf, np.ndarray):
@@ -105,7 +105,7 @@ class Call:
         if self.wire is None:            # reduced as it is, zero-copy
             self.send, self.recv = (self._out if inplace else data), self._out
         else:
-            self.send = _arrays.reduced_as(data, dtype, self.wire)
+            self.send = arrays.reduced_as(data, dtype, self.wire)
             self.recv = self.send if inplace else np.empty_like(self.send)
 
     def finish(self):
@@ -119,7 +119,7 @@ def _new_result(send):
     """(result object, its storage) shaped like ``send``, of its type."""
     if send.kind is ARRAY:
         a = send.array
-        storage = send.dtype.storage if send.dtype is _arrays.BFLOAT16 \
+        storage = send.dtype.storage if send.dtype is arrays.BFLOAT16 \
             else a.dtype
         out = (send.backend.empty(a.shape, storage) if send.backend
                else np.empty(a.shape, storage))
@@ -138,16 +138,16 @@ def _flat(array, what):
 def wire_dtype(dtype, compression):
     """The dtype the executor reduces (None: ``dtype`` itself, no staging)."""
     if compression == Compression.fp16 and dtype.kind == "f":
-        return None if dtype is not _arrays.BFLOAT16 and dtype == FLOAT16 \
+        return None if dtype is not arrays.BFLOAT16 and dtype == FLOAT16 \
             else FLOAT16
     return FLOAT32 if is_half(dtype) else None
 
 
 def _from_wire(wire_data, dtype, out):
     if is_half(dtype) and wire_data.dtype == FLOAT32:
-        _arrays.narrow(wire_data, dtype, out=out)
-    elif dtype is _arrays.BFLOAT16:
-        _arrays.narrow(wire_data.astype(np.float32), dtype, out=out)
+        arrays.narrow(wire_data, dtype, out=out)
+    elif dtype is arrays.BFLOAT16:
+        arrays.narrow(wire_data.astype(np.float32), dtype, out=out)
     else:
         out[...] = wire_data                     # float16 -> wider: exact
 

@@ -12,18 +12,19 @@ import collections
 import numpy as np
 from mpi4py import MPI
 
-from .. import _arrays, _comm, _core, _device, _env
-from .._buffers import as_array
-from .._errors import (ScheduleBusyError, ScheduleError, check_comm,
-                       require_thread_multiple)
-from ..ops import OPS, Op, as_op, check_op_dtype
-from ..schedule import Request, Schedule
+from ..core import arrays, libcomm, devices, env
+from ..core.buffers import as_array
+from ..core.errors import ScheduleBusyError, ScheduleError
+from ..core.checks import check_comm, require_thread_multiple
+from ..core.ops import OPS, Op, as_op, check_op_dtype
+from ..core.schedule import Request, Schedule
+from ..core.slots import DEVICE
 from . import _staging
 from ._builders import (BUILDERS, build_rabenseifner,  # noqa: F401
                         build_recursive_doubling, build_ring)
 
 SUM = OPS["SUM"]
-_DEVICE = _core.constants()["DEVICE"]
+
 
 #: messages up to this many bytes use recursive doubling (else ring)
 DEFAULT_THRESHOLD = 16384
@@ -37,7 +38,7 @@ _settings = {}
 def _setting(name, default=None, cast=str):
     """Environment settings are read once per process (first use)."""
     if name not in _settings:
-        _settings[name] = _env.get(name, default, cast)
+        _settings[name] = env.get(name, default, cast)
     return _settings[name]
 
 
@@ -48,13 +49,13 @@ def choose_algorithm(nbytes, count, size, algorithm=None):
     Rabenseifner when P is a power of two (2 log2 P steps), else the ring
     (2 (P - 1) steps, but no extra full-vector fold step); both need at least
     one element per rank."""
-    algo = algorithm or _setting(_env.ALLREDUCE_ALGORITHM)
+    algo = algorithm or _setting(env.ALLREDUCE_ALGORITHM)
     if algo is not None:
         if algo not in ALGORITHMS:
             raise ScheduleError(f"unknown allreduce algorithm {algo!r}; "
                                 f"choose from {', '.join(ALGORITHMS)}")
         return algo
-    threshold = _setting(_env.ALLREDUCE_THRESHOLD, DEFAULT_THRESHOLD, int)
+    threshold = _setting(env.ALLREDUCE_THRESHOLD, DEFAULT_THRESHOLD, int)
     if nbytes <= threshold or count < size:
         return "recursive_doubling"
     return "rabenseifner" if size & (size - 1) == 0 else "ring"
@@ -70,7 +71,7 @@ DEFAULT_POOL_BYTES = 64 << 20
 def pool_budget():
     """Bytes of temporary buffers the pool may keep in idle schedules
     (``PARTIALCOLL_ALLREDUCE_POOL_BYTES``, default 64 MiB)."""
-    return _setting(_env.ALLREDUCE_POOL_BYTES, DEFAULT_POOL_BYTES, int)
+    return _setting(env.ALLREDUCE_POOL_BYTES, DEFAULT_POOL_BYTES, int)
 
 
 class _Pool:
@@ -93,7 +94,7 @@ class _Pool:
             priority=0):
         """An idle schedule (made if none is idle).  ``device``: (backend,
         device id) for device buffers."""
-        path = _device.gpu_path() if device else None
+        path = devices.gpu_path() if device else None
         key = (lc, (algo, count, dtype.str, op.name, inplace,
                     device and (device[0].name, device[1]), path, priority))
         for sched in self._by_key.get(key, ()):
@@ -168,7 +169,7 @@ def pool_size():
     return len(_pool._lru), _pool.nbytes
 
 
-@_comm.register("on_release")
+@libcomm.register("on_release")
 def _drop_pool(lc):
     _pool.drop(lc)
 
@@ -204,7 +205,7 @@ def _prepare(sendbuf, recvbuf, op, comm):
     if recv.dtype != send.dtype or recv.size != send.size:
         raise ScheduleError(f"recvbuf ({recv.dtype}[{recv.size}]) does not "
                             f"match sendbuf ({send.dtype}[{send.size}])")
-    if not _arrays.writeable(recv):
+    if not arrays.writeable(recv):
         raise ScheduleError("recvbuf is read-only")
     result = recvbuf if isinstance(recvbuf, np.ndarray) else recv
     op = as_op(op)
@@ -215,8 +216,8 @@ def _prepare(sendbuf, recvbuf, op, comm):
 def _device_of(sendbuf, recvbuf):
     """The backend of device buffers (None for host ones); mixing host and
     device memory is an error."""
-    send_be = None if sendbuf is MPI.IN_PLACE else _device.backend_of(sendbuf)
-    recv_be = None if recvbuf is None else _device.backend_of(recvbuf)
+    send_be = None if sendbuf is MPI.IN_PLACE else devices.backend_of(sendbuf)
+    recv_be = None if recvbuf is None else devices.backend_of(recvbuf)
     if sendbuf is MPI.IN_PLACE or recvbuf is None:
         return send_be or recv_be
     if send_be is not recv_be:
@@ -231,12 +232,12 @@ def _prepare_device(be, sendbuf, recvbuf, op, comm):
     if sendbuf is MPI.IN_PLACE or sendbuf is recvbuf:
         if recvbuf is None:
             raise ScheduleError("MPI.IN_PLACE needs recvbuf")
-        recv = send = _device.flat(be, recvbuf, "recvbuf")
+        recv = send = devices.flat(be, recvbuf, "recvbuf")
     else:
-        send = _device.flat(be, sendbuf, "sendbuf")
+        send = devices.flat(be, sendbuf, "sendbuf")
         if recvbuf is None:
             recvbuf = be.empty(sendbuf.shape, send.dtype)
-        recv = _device.flat(be, recvbuf, "recvbuf")
+        recv = devices.flat(be, recvbuf, "recvbuf")
         if be.device_id(sendbuf) != be.device_id(recvbuf):
             raise ScheduleError("sendbuf and recvbuf are on different devices")
         lo, hi = be.ptr(send), be.ptr(send) + send.nbytes
@@ -269,7 +270,7 @@ def _plan(sendbuf, recvbuf, op, comm, algorithm, priority=0):
         if send is not recv:
             recv[...] = send
         return send, recv, result, None, 0
-    lc = _comm.library_comm(comm)
+    lc = libcomm.library_comm(comm)
     lc.before_collective()
     algo = choose_algorithm(send.nbytes, send.size, lc.size, algorithm)
     sched = _pool.get(lc, algo, send.size, send.dtype, op, send is recv,
@@ -342,9 +343,9 @@ def _iallreduce(sendbuf, recvbuf, op, comm, algorithm, priority):
     core.set_tag_base(tags)
     if sched.gpu_path is not None:
         # raw pointers: the request, not the schedule, keeps the arrays
-        be = _device.backend_of(send)
-        core.bind_ptr(0, be.ptr(send), send.nbytes, False, _DEVICE)
-        core.bind_ptr(1, be.ptr(recv), recv.nbytes, True, _DEVICE)
+        be = devices.backend_of(send)
+        core.bind_ptr(0, be.ptr(send), send.nbytes, False, DEVICE)
+        core.bind_ptr(1, be.ptr(recv), recv.nbytes, True, DEVICE)
         return _AllreduceRequest(sched, sched.post()._upto, result,
                                  (send, recv))
     core.bind(0, send, False)
@@ -414,7 +415,7 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
     # (never float16: uncompressed, it is staged through float32)
     if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray and \
             send.dtype != np.float16:
-        lc = _comm.library_comm(comm)
+        lc = libcomm.library_comm(comm)
         lc.cache.setdefault("allreduce.plans", {})[
             (send.dtype, send.size, as_op(op), algorithm, send is recv,
              priority)] = \
@@ -426,7 +427,7 @@ def _find_plan(comm, key):
     """The fast-path plan for ``key`` on ``comm`` (None if there is none or
     ``comm`` is not a usable communicator: the slow path says why)."""
     try:
-        lc = _comm._by_handle.get(comm.handle)      # _comm.find_fast
+        lc = libcomm._by_handle.get(comm.handle)      # libcomm.find_fast
     except AttributeError:
         return None
     return lc and lc.cache.get("allreduce.plans", {}).get(key)

@@ -14,7 +14,7 @@ them by the library wherever it can see the next collective:
 * every library collective on the communicator (``allreduce``,
   ``iallreduce``, creating a partial object, a function-form call of another
   signature) first flushes the majority/quorum function forms called since
-  their last flush (a ``before_collective`` hook of ``partialcoll._comm``);
+  their last flush (a ``before_collective`` hook of ``partialcoll.core.libcomm``);
 * evicting a form from the cache closes it;
 * ``with partials(comm):`` flushes and closes them at exit.
 
@@ -32,9 +32,10 @@ import collections
 import numpy as np
 from mpi4py import MPI
 
-from .. import _arrays, _comm, _device
-from .._errors import ScheduleError, check_comm
-from ..ops import OPS, as_op
+from ..core import arrays, libcomm, devices
+from ..core.errors import ScheduleError
+from ..core.checks import check_comm
+from ..core.ops import OPS, as_op
 from . import _rounds
 from ._result import PartialResult
 from .partial import deliver, make_rounds
@@ -97,15 +98,15 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
         if recvbuf is None:
             raise ScheduleError("MPI.IN_PLACE needs recvbuf")
         sendbuf = recvbuf
-    data = _arrays.ingest(sendbuf, "sendbuf")
-    mem = data.backend or _device.HOST
+    data = arrays.ingest(sendbuf, "sendbuf")
+    mem = data.backend or devices.HOST
     device = data.backend and data.backend.device_id(data.array)
-    _device.flat_in_place(data.array, mem, device, "sendbuf", name)
+    devices.flat_in_place(data.array, mem, device, "sendbuf", name)
     shape = data.shape
     op = as_op(op)
     if recvbuf is not None:      # checked before the round: it would be lost
-        out = _arrays.ingest(recvbuf, "recvbuf")
-        flat = _device.flat_in_place(out.array, mem, device, "recvbuf", name)
+        out = arrays.ingest(recvbuf, "recvbuf")
+        flat = devices.flat_in_place(out.array, mem, device, "recvbuf", name)
         if out.dtype is not data.dtype and out.dtype != data.dtype:
             raise ScheduleError(f"recvbuf is {out.dtype}, sendbuf "
                                 f"{data.dtype}")
@@ -116,7 +117,7 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
             raise ScheduleError("recvbuf is read-only")
     key = (kind, shape, str(data.dtype), op.name, mem.name, device,
            tuple(sorted(kw.items())))
-    lc = _comm.library_comm(comm)
+    lc = libcomm.library_comm(comm)
     lc.before_collective(keep=key)          # flush the other signatures
     forms = _forms(lc)
     form = forms.cache.get(key)
@@ -131,8 +132,8 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
     if form.held is not None:
         res, form.held = _merge(form.held, res, form.rounds._combine), None
     if recvbuf is not None:
-        if _arrays.is_half(data.dtype):
-            _arrays.narrow(res.data.reshape(-1), data.dtype, out=flat)
+        if arrays.is_half(data.dtype):
+            arrays.narrow(res.data.reshape(-1), data.dtype, out=flat)
         else:
             flat[...] = res.data.reshape(-1)
         res.data = recvbuf
@@ -143,7 +144,7 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
 def _new_form(lc, forms, key, kind, name, like, op, comm, kw):
     """Make the object of a new signature, evicting (closing) the least
     recently used one when the cache is full.  ``like``: the ingested
-    sendbuf (:class:`~.._arrays.Data`)."""
+    sendbuf (:class:`~partialcoll.core.arrays.Data`)."""
     while len(forms.cache) >= FORMS_PER_COMM:
         old = forms.cache.popitem(last=False)[1]
         forms.held[old.key] = (old.rounds.label, _merge(
@@ -159,7 +160,7 @@ def _new_form(lc, forms, key, kind, name, like, op, comm, kw):
     return form
 
 
-@_comm.register("before_collective")
+@libcomm.register("before_collective")
 def _flush_waiting_forms(lc, keep=None):
     """Before a library collective on lc: flush (collectively, in creation
     order) the majority/quorum forms called since their last flush, but
@@ -177,7 +178,7 @@ def _flush_waiting_forms(lc, keep=None):
             lc.pending = True                # `keep` still waits for a flush
 
 
-@_comm.register("on_user_free")
+@libcomm.register("on_user_free")
 def _close_forms(lc):
     # inside the user's collective MPI_Comm_free: every rank closes the same
     # objects in the same (creation) order; what they still held is lost
@@ -191,8 +192,8 @@ def _close_forms(lc):
 def _library_comms(comm):
     """[lc] of ``comm`` (or every live one when None)."""
     if comm is None:
-        return _comm.live()
-    lc = _comm.find(check_comm(comm))
+        return libcomm.live()
+    lc = libcomm.find(check_comm(comm))
     return [lc] if lc is not None else []
 
 

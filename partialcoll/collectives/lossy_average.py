@@ -37,7 +37,7 @@ averaging is the executor's: receives end delivered, dropped or timed out;
 a reduce fed by a receive that was not delivered does nothing; a SCALE op
 divides by the number of delivered blocks + 1.
 
-Drops come from the emulated network (:mod:`partialcoll.network`): the
+Drops come from the emulated network (:mod:`partialcoll.transport.network`): the
 messages travel in traffic class ``traffic_class`` (default 1), so
 ``[class.1] drop = p`` loses exactly them.  When the network tells the
 receiver (``drop_mode = "told"``) no deadline is needed; when it does not
@@ -49,10 +49,11 @@ import logging
 
 import numpy as np
 
-from .. import _comm
-from .._errors import ScheduleError, check_comm, check_int
-from ..ops import OPS
-from ..schedule import Schedule
+from ..core import libcomm
+from ..core.errors import ScheduleError
+from ..core.checks import check_comm, check_int
+from ..core.ops import OPS
+from ..core.schedule import Schedule
 
 log = logging.getLogger("partialcoll")
 _open = []          # objects not closed yet, in creation order
@@ -119,12 +120,12 @@ class RPSAverage:
         self.seed, self.tclass = int(seed), traffic_class
         self.timeout = None if timeout is None or \
             float(timeout) == float("inf") else float(timeout)
-        lc = self._lc = _comm.library_comm(comm)
+        lc = self._lc = libcomm.library_comm(comm)
         lc.before_collective()
         mine = {"collective": "RPSAverage", "n": self.n,
                 "dtype": self.dtype.str, "seed": self.seed,
                 "timeout": self.timeout, "traffic_class": traffic_class}
-        _comm.require_same(lc, "RPSAverage", mine)
+        libcomm.require_same(lc, "RPSAverage", mine)
         net = _network()
         if net and net["drop_mode"] == "silent" and self.timeout is None:
             raise ScheduleError("the emulated network drops silently: give "
@@ -287,11 +288,11 @@ def _flat(x, n, dtype):
 
 
 def _network():
-    from .. import network
+    from ..transport import network
     return network.current()
 
 
-@_comm.register("at_exit")
+@libcomm.register("at_exit")
 def _close_all():
     """Exit: close what is still open, in creation order on every rank."""
     for obj in list(_open):

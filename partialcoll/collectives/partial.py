@@ -11,10 +11,10 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
-from .. import _arrays, _device
-from .._errors import (ScheduleError, check_comm, check_int,
-                       require_thread_multiple)
-from ..ops import OPS, as_op
+from ..core import arrays, devices
+from ..core.errors import ScheduleError
+from ..core.checks import check_comm, check_int, require_thread_multiple
+from ..core.ops import OPS, as_op
 from . import _rounds
 from ._staging import check_compression, wire_dtype
 from ._result import PartialResult  # noqa: F401
@@ -33,14 +33,14 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
     if like is MPI.IN_PLACE:
         raise ScheduleError(f"{name}: MPI.IN_PLACE is not a buffer here "
                             "(pass an array like the contributions)")
-    if not isinstance(like, _arrays.Data):
-        like = _arrays.ingest(like if hasattr(like, "__dlpack__") or
-                              _device.backend_of(like) is not None or
+    if not isinstance(like, arrays.Data):
+        like = arrays.ingest(like if hasattr(like, "__dlpack__") or
+                              devices.backend_of(like) is not None or
                               hasattr(like, "__cuda_array_interface__")
                               else np.asarray(like), "like")
     backend = like.backend
     op = as_op(op)
-    _arrays.check_op(op, like.dtype)
+    arrays.check_op(op, like.dtype)
     comm = check_comm(comm)
     if sync_every is not None:
         sync_every = check_int(sync_every, "sync_every", 1)
@@ -55,13 +55,13 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
     if like.dtype.kind != "f":
         compression = None
     dtype = wire_dtype(like.dtype, compression) or like.dtype
-    _arrays.check_op(op, dtype)
+    arrays.check_op(op, dtype)
     args = {"name": name, "shape": like.shape, "given": like.dtype,
             "dtype": dtype, "compression": compression,
             "array_kind": like.kind, "op": op,
             "comm": comm, "catch_up": bool(catch_up), "seed": int(seed),
             "sync_every": None if sync_every is None else int(sync_every),
-            "quorum": quorum, "mem": backend or _device.HOST,
+            "quorum": quorum, "mem": backend or devices.HOST,
             "priority": int(priority),
             "device": backend and backend.device_id(like.array)}
     return KINDS[kind](like.array.size, args, algorithm)
@@ -74,7 +74,7 @@ def deliver(rounds, res, kind=None):
     accumulated in float32, are rounded here, once; under compression the
     float16 result is converted here)."""
     if res is not None:
-        res.data = _arrays.deliver(res.data, rounds.given,
+        res.data = arrays.deliver(res.data, rounds.given,
                                    kind or rounds.array_kind)
     return res
 

@@ -6,8 +6,8 @@ import numbers
 
 import numpy as np
 
-from .. import _device
-from .._errors import ScheduleError
+from ..core import devices
+from ..core.errors import ScheduleError
 from ..collectives.allreduce import allreduce, iallreduce
 from ._checks import check_count
 
@@ -32,14 +32,14 @@ class Bucket:
 def memory_of(templates):
     """(memory backend, device id) of the template arrays: all host, or all
     on one device."""
-    found = {(_device.backend_of(t), _device.backend_of(t) and
-              _device.backend_of(t).device_id(t))
+    found = {(devices.backend_of(t), devices.backend_of(t) and
+              devices.backend_of(t).device_id(t))
              for t in templates if not is_spec(t)}
     if len(found) > 1:
         raise ScheduleError("gradient templates mix host and device memory "
                             "(or devices): keep them in one place")
     be, dev = found.pop() if found else (None, None)
-    return be or _device.HOST, dev
+    return be or devices.HOST, dev
 
 
 def is_spec(t):
@@ -48,7 +48,7 @@ def is_spec(t):
 
 
 def spec(t):
-    if _device.backend_of(t) is not None:
+    if devices.backend_of(t) is not None:
         shape, dtype = t.shape, np.dtype(t.dtype)
     elif is_spec(t):
         shape, dtype = t

@@ -5,9 +5,9 @@ import numbers
 
 import numpy as np
 
-from .._errors import ScheduleError
+from ..core.errors import ScheduleError
 from ..collectives._staging import check_compression
-from ..ops import OPS, as_op
+from ..core.ops import OPS, as_op
 
 MODES = ("solo", "majority", "sync", "sync-mpi")
 

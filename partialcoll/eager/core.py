@@ -16,9 +16,10 @@ what synchronous SGD applies, only at different steps.
 import numpy as np
 from mpi4py import MPI
 
-from .. import _comm, _device
-from .._buffers import as_array
-from .._errors import ScheduleError, check_comm
+from ..core import libcomm, devices
+from ..core.buffers import as_array
+from ..core.errors import ScheduleError
+from ..core.checks import check_comm
 from ..broadcast import agree as agree_or_raise
 from ..collectives.allreduce import iallreduce
 from ..collectives.partial import (MajorityAllreduce, QuorumAllreduce,
@@ -48,7 +49,7 @@ def agree_on_setup(ctl, mine, problem):
     if not bad:
         return
     lines = [describe_gradient_mismatch([d[k] for d in everyone])
-             if k == "gradients" else _comm.per_rank(everyone, k)
+             if k == "gradients" else libcomm.per_rank(everyone, k)
              for k in bad]
     raise ScheduleError("eager-SGD set up differently on different ranks: "
                         + "; ".join(lines))
@@ -61,7 +62,7 @@ def refuse_setup(comm, problem):
     ScheduleError is raised on every rank instead of a hang.  Never
     returns."""
     comm = check_comm(comm)
-    agree_on_setup(_comm.library_comm(comm).ctl, None, _problem(problem))
+    agree_on_setup(libcomm.library_comm(comm).ctl, None, _problem(problem))
 
 
 class StepInfo:
@@ -182,7 +183,7 @@ class EagerAverager:
                  compression=None):
         comm = check_comm(comm)
         self.size, self.rank = comm.Get_size(), comm.Get_rank()
-        lc = _comm.library_comm(comm)
+        lc = libcomm.library_comm(comm)
         # A bad argument on one rank must not leave the others waiting in
         # the agreement below: it is carried into it and raised everywhere.
         try:
@@ -395,7 +396,7 @@ class EagerAverager:
         xp = self._mem.xp
         anything = int((extra[0] > 0 or any(r.rounds for r in res)) and
                        any(bool(xp.any(d != 0)) for d in out))
-        _comm.arrive(self._lc.ctl)           # no busy-poll for a slow rank
+        libcomm.arrive(self._lc.ctl)           # no busy-poll for a slow rank
         if not self._lc.ctl.allreduce(anything, op=MPI.MAX):
             return None
         info = StepInfo(0, min(r.active for r in res), True,
@@ -437,7 +438,7 @@ class EagerAverager:
         if g is None:
             return None
         n, shape = self._where[i][1][2:]
-        be = _device.check_place(g, self._mem, self._device,
+        be = devices.check_place(g, self._mem, self._device,
                                  f"gradient {self.names[i]}", "the templates")
         a = g if be is not None or isinstance(g, np.ndarray) else \
             as_array(g, self.names[i])

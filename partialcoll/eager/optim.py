@@ -12,7 +12,7 @@ of them (or your own) in one line::
 """
 import numpy as np
 
-from .._errors import ScheduleError
+from ..core.errors import ScheduleError
 from .core import AveragerFront, EagerAverager
 
 

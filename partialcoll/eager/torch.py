@@ -15,7 +15,7 @@ Gradients of CPU tensors are used in place.  When every parameter is on one
 CUDA device and CuPy is installed, ``EagerOptimizer`` keeps the exchange on
 that GPU: gradients go to CuPy through DLPack (no copy), the reductions run
 on the GPU, and MPI gets device memory (CUDA-aware) or pinned host copies
-(staged), see :mod:`partialcoll._device`.  Otherwise, and in ``EagerHook``
+(staged), see :mod:`partialcoll.core.devices`.  Otherwise, and in ``EagerHook``
 and ``synchronize_model``, device tensors are copied to the host and back.
 The broadcasts (``broadcast_parameters``, ``broadcast_optimizer_state``)
 live in :mod:`partialcoll.broadcast_torch`.
@@ -27,8 +27,9 @@ import weakref
 import torch
 from mpi4py import MPI
 
-from .. import _comm
-from .._errors import ScheduleError, check_comm
+from ..core import libcomm
+from ..core.errors import ScheduleError
+from ..core.checks import check_comm
 from .core import SYNC_MODES, AveragerFront, EagerAverager, refuse_setup
 from .torch_accumulation import LocalSum
 from .torch_overlap import DEFAULT_BUCKET_BYTES, Overlap, hooks_available
@@ -586,7 +587,7 @@ def synchronize_model(model, comm=None):
     comm = check_comm(comm)
     for opt in _live_optimizers(comm):
         opt.flush()
-    _comm.library_comm(comm).before_collective()    # flush function forms
+    libcomm.library_comm(comm).before_collective()    # flush function forms
     items, problem = _tensors(model)
     _check_same(comm, items, problem, "synchronize_model")
     P = comm.Get_size()

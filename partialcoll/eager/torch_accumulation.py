@@ -6,7 +6,7 @@ import weakref
 
 import torch
 
-from .._errors import ScheduleError
+from ..core.errors import ScheduleError
 
 
 class LocalSum:

@@ -5,7 +5,7 @@ import warnings
 
 import torch
 
-from .._errors import ScheduleError
+from ..core.errors import ScheduleError
 from .core import SYNC_MODES, EagerAverager
 from .torch_params import backward_order, host_view, np_dtype, set_grads
 from .torch_overlap import DEFAULT_BUCKET_BYTES

@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 import torch
 
-from .._errors import ScheduleError
+from ..core.errors import ScheduleError
 
 
 NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32,

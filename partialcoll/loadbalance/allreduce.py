@@ -53,17 +53,14 @@ import numbers
 
 import numpy as np
 
-from .. import _comm
-from .._errors import ScheduleError, check_comm
-from ..schedule import Schedule
+from ..core import libcomm
+from ..core.errors import ScheduleError
+from ..core.checks import check_comm
+from ..core.engine import now
+from ..core.schedule import Schedule
 from . import plan as planner
 
 log = logging.getLogger("partialcoll")
-
-
-def _now():
-    from .. import _core
-    return _core.now()
 
 
 SCHEMES = ("aware", "average", "oracle")
@@ -144,7 +141,7 @@ class LoadBalancedAllreduce:
             raise ScheduleError(f"lead must be a number of seconds in "
                                 f"[0, 60], got {lead!r}")
         if scheme == "oracle":
-            from .. import network
+            from ..transport import network
             if network.current() is None:    # the same on every rank
                 raise ScheduleError("the oracle scheme plans with the "
                                     "emulated network's true rates: enable "
@@ -159,16 +156,16 @@ class LoadBalancedAllreduce:
         self.threshold, self.window = float(threshold), int(window)
         self.jump = float(jump)
         self.lead = float(lead)
-        lc = self._lc = _comm.library_comm(comm)
+        lc = self._lc = libcomm.library_comm(comm)
         lc.before_collective()
         mine = {"collective": "LoadBalancedAllreduce", "n": self.n,
                 "dtype": self.dtype.str, "scheme": scheme,
                 "slice": self.slice_elems,
                 "probes": (num_probe, size_probe, self.min_probe),
                 "measure": measure}
-        _comm.require_same(lc, "LoadBalancedAllreduce", mine)
+        libcomm.require_same(lc, "LoadBalancedAllreduce", mine)
         self.size, self.rank = lc.size, lc.rank
-        self._world = _comm.world_ranks(comm)   # the network's rank numbers
+        self._world = libcomm.world_ranks(comm)   # the network's rank numbers
         N = self.size
         self.max_slices = N * num_probe + -(-self.n // self.slice_elems) + N
         self._ntags = 2 * self.max_slices + 1
@@ -204,7 +201,7 @@ class LoadBalancedAllreduce:
         s, meta = self._schedule(tuple(slices))
         if self._go is None:
             self._go = self._lc.ctl.bcast(
-                _now() + self.lead if self.rank == 0 else None)
+                now() + self.lead if self.rank == 0 else None)
         meta["go"][0] = self._go
         s.bind(meta["x"], x.reshape(-1))
         try:
@@ -332,7 +329,7 @@ class LoadBalancedAllreduce:
             self.rates["S"] = planner.node_throughput(out, inn)
             self.rates["out"], self.rates["in"] = out, inn
             self.rates["links"] = planner.link_rates(allrep)
-        return self._shares(), _now() + self.lead
+        return self._shares(), now() + self.lead
 
     def _follow(self, estimates):
         """Each NIC's record after this call's (out, in) estimates; the
@@ -351,7 +348,7 @@ class LoadBalancedAllreduce:
         if self.scheme == "average":
             return planner.equal_shares(M, N)
         if self.scheme == "oracle":
-            from .. import network
+            from ..transport import network
             S = [min(network.nic_rate(w, "out")[0],
                      network.nic_rate(w, "in")[0]) for w in self._world]
             S = [s if math.isfinite(s) else 1e12 for s in S]

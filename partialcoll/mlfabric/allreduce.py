@@ -35,8 +35,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .._errors import check_int
-from ..schedule import Schedule
+from ..core.checks import check_int
+from ..core.schedule import Schedule
 from .config import check_aggregators, check_real, check_seed
 from .dyntree import PULL, PUSH, plan_tree
 from .monitor import LinkMonitor

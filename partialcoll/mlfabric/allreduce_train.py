@@ -23,8 +23,8 @@ iteration (they send zeros), so all stop together and every rank raises
 import numpy as np
 from mpi4py import MPI
 
-from .._errors import check_comm
-from ..schedule import Schedule
+from ..core.checks import check_comm
+from ..core.schedule import Schedule
 from .allreduce import DynamicTreeAllreduce
 from .config import check_aggregators, check_run, check_seed
 from .roles import Roles, TrainingError, now

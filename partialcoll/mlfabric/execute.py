@@ -1,5 +1,5 @@
 """A rank's :class:`~.program.Program` for one batch as one one-shot
-:class:`~partialcoll.schedule.Schedule` on the emulated network (step 3
+:class:`~partialcoll.core.schedule.Schedule` on the emulated network (step 3
 of the README's design of the end-to-end server).
 
 Op by op::
@@ -17,7 +17,7 @@ API is used.
 """
 import numpy as np
 
-from ..schedule import Schedule
+from ..core.schedule import Schedule
 
 
 class BatchRun:

@@ -39,13 +39,13 @@ until the floor (its completion is the floor).
 import math
 from bisect import bisect_right
 
-from .. import _env
+from ..core import env
 
 try:        # the same loops in C (_linkops.c), bit for bit; optional
     from . import _linkops as _c
 except ImportError:             # pragma: no cover - not built
     _c = None
-if _env.get(_env.MLFABRIC_PURE_PYTHON) == "1":
+if env.get(env.MLFABRIC_PURE_PYTHON) == "1":
     _c = None
 
 INF = math.inf

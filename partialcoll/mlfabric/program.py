@@ -3,7 +3,7 @@ end-to-end parameter server (not built yet; the design is in the README's
 MLfabric section).  No MPI here: a :class:`Program` per rank lists its
 sends, receives, sums and applies, with tags, peers, sizes, start times and
 priorities; the server-side code will turn each into a one-shot
-:class:`~partialcoll.schedule.Schedule` (start_at -> send; recv -> reduce;
+:class:`~partialcoll.core.schedule.Schedule` (start_at -> send; recv -> reduce;
 recv -> gate that applies the update in order).
 
 Per batch, for the server S (and likewise the replica R with the

@@ -33,7 +33,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..schedule import Schedule
+from ..core.schedule import Schedule
 from .execute import start_times
 from .program import Op, Program, programs
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-from .._errors import check_comm
+from ..core.checks import check_comm
 from .config import RunConfig
 from .optim import SGD
 from .roles import CTL, Roles, TrainingError, _ctl_messages
@@ -57,7 +57,7 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
     """Train ``model`` on a parameter server: rank 0 is the server (and
     the scheduler), the last rank the replica when ``replica=True``, the
     others workers.  Collective over ``comm`` (default COMM_WORLD); run it
-    with the emulated network on (:mod:`partialcoll.network`) to see links.
+    with the emulated network on (:mod:`partialcoll.transport.network`) to see links.
 
     Args:
         model: ``params`` (1-D float, the start), ``gradient(params,

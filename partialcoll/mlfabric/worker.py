@@ -20,7 +20,7 @@ import collections
 
 import numpy as np
 
-from ..schedule import Schedule
+from ..core.schedule import Schedule
 from .execute import build, link_report
 from .roles import (CTL, PULL_TAG, Stats, _ctl_messages, freed_if_done,
                     idle, now)

@@ -44,9 +44,10 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-from .. import _comm, timeline as _timeline
-from .._errors import check_int
-from ..schedule import Schedule
+from ..core import libcomm
+from ..transport import timeline as _timeline
+from ..core.checks import check_int
+from ..core.schedule import Schedule
 from . import metrics
 from .planner import COMPUTE
 
@@ -100,11 +101,11 @@ class WorkerModel:
 
 
 def links(rate, workers, latency="0 ms", ps=0):
-    """An emulated network description (for :func:`partialcoll.network.enable`)
+    """An emulated network description (for :func:`partialcoll.transport.network.enable`)
     where each worker's link runs at ``rate`` (bytes/s or "10 MB/s") both
     ways and the PS's NIC carries all of them at once (``workers`` x
     rate), so workers do not slow each other down."""
-    from ..network import rate as _rate
+    from ..transport.network import rate as _rate
     r = _rate(rate)
     return {"default": {"out_rate": r, "in_rate": r, "latency": latency},
             "rank": {str(ps): {"out_rate": r * workers,
@@ -266,7 +267,7 @@ def _numbers(order_for, w, rnd, n):
 
 def _world_ranks(comm):
     """comm rank -> MPI_COMM_WORLD rank (timelines are by world rank)."""
-    return dict(enumerate(_comm.world_ranks(comm)))
+    return dict(enumerate(libcomm.world_ranks(comm)))
 
 
 def _check(bufs, model, rank, ps, workers, task, iterations):

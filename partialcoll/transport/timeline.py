@@ -27,11 +27,12 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from . import _comm, _core, _env
-from ._errors import ScheduleError, check_comm
-from ._slots import OUTCOMES as _OUTCOMES
+from ..core import engine, env, libcomm
+from ..core.errors import ScheduleError
+from ..core.checks import check_comm
+from ..core.slots import OUTCOMES as _OUTCOMES
 
-_C = _core.constants()
+_C = engine.CONSTANTS
 EVENT_NAMES = {_C[k]: k[3:].lower() for k in _C if k.startswith("EV_")}
 KIND_NAMES = _C["kinds"]
 #: one recorded event (mirrors pc_tl_event in csrc/pc_timeline.c)
@@ -39,7 +40,7 @@ EVENT_DTYPE = np.dtype([("t", "f8"), ("sched", "u8"), ("round", "u8"),
                         ("bytes", "i8"), ("op", "i4"), ("ev", "i4"),
                         ("kind", "i4"), ("peer", "i4"), ("tag", "i4"),
                         ("prio", "i4"), ("outcome", "i4"), ("flags", "i4")])
-if _core.timeline_enable(False) != EVENT_DTYPE.itemsize:
+if engine.record_timeline(False) != EVENT_DTYPE.itemsize:
     raise ImportError("partialcoll._core and timeline.py disagree on the "
                       "event layout: rebuild the extension")
 
@@ -57,13 +58,13 @@ def enable(path=None):
                                 f"{where} is not a writable directory")
     _state["path"] = path if path is not None else _state["path"]
     _state["on"] = True
-    _core.timeline_enable(True)
+    engine.record_timeline(True)
 
 
 def disable():
     """Stop recording (what was recorded stays until :func:`clear`)."""
     _state["on"] = False
-    _core.timeline_enable(False)
+    engine.record_timeline(False)
 
 
 def enabled():
@@ -73,7 +74,7 @@ def enabled():
 
 def raw():
     """Every event recorded by this process so far (a structured array)."""
-    data = _core.timeline_take()
+    data = engine.take_timeline()
     if data:
         _state["chunks"].append(np.frombuffer(data, EVENT_DTYPE).copy())
     if not _state["chunks"]:
@@ -126,7 +127,7 @@ def write(path, comm=None):
     return path
 
 
-@_comm.register("at_exit")
+@libcomm.register("at_exit")
 def write_at_exit():
     """Exit hook (every rank, after partial objects quiesced): writes the
     merged trace if a path was given (PARTIALCOLL_TIMELINE or
@@ -308,7 +309,7 @@ class Timeline:
 
 
 def _from_environment():
-    path = _env.get(_env.TIMELINE)
+    path = env.get(env.TIMELINE)
     if path:
         enable(path)
 

@@ -2,8 +2,9 @@
 them; the public names are re-exported there)."""
 import numpy as np
 
-from . import _core
-from ._errors import ScheduleError, check_int
+from .. import _core
+from .errors import ScheduleError
+from .checks import check_int
 
 _C = _core.constants()
 HOST, DEVICE = _C["HOST"], _C["DEVICE"]

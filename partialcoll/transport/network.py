@@ -78,8 +78,9 @@ import re
 
 from mpi4py import MPI
 
-from . import _core, _env
-from ._errors import ScheduleError, check_comm
+from ..core import engine, env
+from ..core.errors import ScheduleError
+from ..core.checks import check_comm
 
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "ki": 2 ** 10, "mi": 2 ** 20,
           "gi": 2 ** 30}
@@ -341,7 +342,7 @@ def load(source):
 def _install(n, generation):
     digest = hashlib.sha1(repr(n).encode()).hexdigest()[:10]
     shm = f"/partialcoll-{_job_key()}-{generation}-{digest}"
-    _core.set_network(_text(n, shm))
+    engine.set_network(_text(n, shm))
     _state["config"] = n
 
 
@@ -371,7 +372,7 @@ def disable(comm=None):
     """Back to plain MPI (collective, no message in flight)."""
     comm = check_comm(comm)
     comm.Barrier()
-    _core.set_network("")
+    engine.set_network("")
     _state["config"] = None
     comm.Barrier()
 
@@ -387,12 +388,12 @@ def nic_rate(rank, nic="out", t=None):
     the network's time zero (traces redraw at t0 + k * every)."""
     if nic not in ("out", "in"):
         raise ScheduleError(f"nic must be 'out' or 'in', got {nic!r}")
-    return _core.network_rate(int(rank), {"out": 0, "in": 1}[nic],
-                              _core.now() if t is None else float(t))
+    return engine.network_rate(int(rank), {"out": 0, "in": 1}[nic],
+                              engine.now() if t is None else float(t))
 
 
 def _from_environment():
-    path = _env.get(_env.NETWORK)
+    path = env.get(env.NETWORK)
     if path:
         n = normalise(load(path), MPI.COMM_WORLD.Get_size())
         _install(n, 0)

@@ -3,10 +3,10 @@
 :func:`ingest` turns anything a collective accepts into an array that the
 executor can use, zero-copy:
 
-* NumPy arrays and device arrays (CuPy, :func:`~._device.emulated`): as they
+* NumPy arrays and device arrays (CuPy, :func:`~.devices.emulated`): as they
   are;
 * mpi4py buffer specs and buffer-protocol objects: a flat NumPy view
-  (:func:`~._buffers.as_array`);
+  (:func:`~.buffers.as_array`);
 * objects exporting DLPack (``__dlpack__``: torch tensors, JAX and other
   array-API arrays): a NumPy view of host memory (``numpy.from_dlpack``), or
   a CuPy array for CUDA memory; bfloat16, which NumPy and CuPy lack, as a
@@ -34,9 +34,9 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from . import _device
-from ._buffers import as_array
-from ._errors import ScheduleError
+from . import devices
+from .buffers import as_array
+from .errors import ScheduleError
 from .ops import check_op_dtype
 
 
@@ -115,7 +115,7 @@ class Data:
     def __init__(self, obj, array, dtype=None, kind=ARRAY):
         self.obj, self.array, self.kind = obj, array, kind
         self.dtype = array.dtype if dtype is None else dtype
-        self.backend = _device.backend_of(array)
+        self.backend = devices.backend_of(array)
 
     @property
     def shape(self):
@@ -126,7 +126,7 @@ def ingest(obj, what="buffer"):
     """``obj`` as :class:`Data` (see the module docstring)."""
     if obj is MPI.IN_PLACE:
         raise ScheduleError(f"{what}: MPI.IN_PLACE is not a buffer here")
-    if isinstance(obj, np.ndarray) or _device.backend_of(obj) is not None:
+    if isinstance(obj, np.ndarray) or devices.backend_of(obj) is not None:
         return Data(obj, obj)
     if isinstance(obj, (list, tuple)) and obj and \
             isinstance(obj[-1], MPI.Datatype):

@@ -7,8 +7,8 @@ the names ("sum", "SUM") are accepted too.
 import numpy as np
 from mpi4py import MPI
 
-from . import _core
-from ._errors import ScheduleError
+from .. import _core
+from .errors import ScheduleError
 
 _C = _core.constants()
 

@@ -1,61 +1,10 @@
-"""The exception hierarchy.  The C core returns codes; each maps to one class.
+"""Argument checks shared by every layer: the MPI thread level, a
+communicator partialcoll can run on, and whole numbers in a range.  Each
+raises :class:`~.errors.ScheduleError` (or ThreadLevelError) with a
+message that names what was passed."""
+import numbers
 
-PartialcollError
-    ScheduleError (also ValueError)     misuse: bad graph, buffers, arguments
-    ScheduleBusyError                   rebinding/reposting while a round runs
-    ScheduleFreedError                  using a freed schedule
-    ThreadLevelError                    MPI below MPI_THREAD_MULTIPLE
-    TransportError (also RuntimeError)  MPI failed on the progress thread
-    WaitTimeout (also TimeoutError)     wait(timeout=...) ran out
-    DeviceError (also RuntimeError)     CUDA failed, or no usable GPU
-"""
-from . import _core
-
-
-class PartialcollError(Exception):
-    """Base class of every error raised by partialcoll."""
-
-
-class ScheduleError(PartialcollError, ValueError):
-    """The schedule, a buffer or an argument is invalid (a usage error)."""
-
-
-class ScheduleBusyError(ScheduleError):
-    """The operation is not allowed while a round of the schedule runs."""
-
-
-class ScheduleFreedError(ScheduleError):
-    """The schedule was freed."""
-
-
-class ThreadLevelError(PartialcollError, RuntimeError):
-    """MPI was not initialised with MPI_THREAD_MULTIPLE."""
-
-
-class TransportError(PartialcollError, RuntimeError):
-    """MPI reported an error while the schedule was executing."""
-
-
-class WaitTimeout(PartialcollError, TimeoutError):
-    """A wait() with a timeout expired before the round completed."""
-
-
-class DeviceError(PartialcollError, RuntimeError):
-    """The GPU (CUDA) reported an error, or device buffers cannot be used."""
-
-
-_C = _core.constants()
-_core.set_exceptions({
-    _C["EINVAL"]: ScheduleError,
-    _C["EBUSY"]: ScheduleBusyError,
-    _C["EMPI"]: TransportError,
-    _C["ETIMEOUT"]: WaitTimeout,
-    _C["ENOMEM"]: MemoryError,
-    _C["EFREED"]: ScheduleFreedError,
-    _C["ETHREAD"]: ThreadLevelError,
-    _C["EDEVICE"]: DeviceError,
-})
-
+from .errors import ScheduleError, ThreadLevelError
 
 _thread_ok = False
 
@@ -101,7 +50,6 @@ def check_int(value, what, lo=None, hi=None):
     """``value`` as an int within [lo, hi] (None: unbounded), or a
     ScheduleError naming ``what``: floats are refused, not truncated
     (quorum=1.9 must not become 1)."""
-    import numbers
     if not isinstance(value, numbers.Integral) or isinstance(value, bool):
         raise ScheduleError(f"{what} must be an int, got {value!r}")
     if (lo is not None and value < lo) or (hi is not None and value > hi):

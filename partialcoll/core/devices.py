@@ -29,9 +29,10 @@ import sys
 
 import numpy as np
 
-from . import _core, _env
-from ._buffers import as_array
-from ._errors import ScheduleError
+from .. import _core
+from . import env
+from .buffers import as_array
+from .errors import ScheduleError
 
 _C = _core.constants()
 PATHS = ("auto", "cuda-aware", "staged")
@@ -52,9 +53,9 @@ def set_gpu_path(path):
 
 def gpu_path():
     """The path device buffers take now: ``"cuda-aware"`` or ``"staged"``."""
-    path = _forced_path or _env.get(_env.GPU_PATH, "auto")
+    path = _forced_path or env.get(env.GPU_PATH, "auto")
     if path not in PATHS:
-        raise ScheduleError(f"{_env.GPU_PATH}={path!r}: choose from "
+        raise ScheduleError(f"{env.GPU_PATH}={path!r}: choose from "
                             f"{', '.join(PATHS)}")
     if path == "auto":
         path = "cuda-aware" if mpi_cuda_aware() else "staged"
@@ -69,9 +70,9 @@ def mpi_cuda_aware():
 
 def chunk_bytes():
     """Size of the pieces a staged message is cut into."""
-    n = _env.get(_env.GPU_CHUNK_BYTES, DEFAULT_CHUNK_BYTES, int)
+    n = env.get(env.GPU_CHUNK_BYTES, DEFAULT_CHUNK_BYTES, int)
     if n < 1:
-        raise ScheduleError(f"{_env.GPU_CHUNK_BYTES} must be positive")
+        raise ScheduleError(f"{env.GPU_CHUNK_BYTES} must be positive")
     return n
 
 
@@ -180,17 +181,17 @@ class _CupyBackend:
     def kernels(self, device_id):
         """int64 CUfunction handles indexed [dtype code * NREDOPS + op]."""
         if device_id not in self._kernels:
-            from . import _kernels
+            from . import kernels
             from .ops import OPS, dtype_code
             table = np.zeros(_C["NDTYPES"] * _C["NREDOPS"], np.int64)
             keep = []           # the compiled functions must outlive us
             with self.xp.cuda.Device(device_id):
-                mod = self.xp.RawModule(code=_kernels.source(),
+                mod = self.xp.RawModule(code=kernels.source(),
                                         options=("-std=c++11",))
-                for op, dt in _kernels.kernel_pairs():
+                for op, dt in kernels.kernel_pairs():
                     # a RawKernel; .kernel is the cupy.cuda.Function compiled
                     # for the current device, .ptr its CUfunction
-                    f = mod.get_function(_kernels.kernel_name(op, dt)).kernel
+                    f = mod.get_function(kernels.kernel_name(op, dt)).kernel
                     keep.append(f)
                     table[dtype_code(dt) * _C["NREDOPS"] + OPS[op].code] = f.ptr
             self._kernels[device_id] = (mod, keep, table.tobytes())

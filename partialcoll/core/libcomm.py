@@ -36,8 +36,8 @@ import time
 
 from mpi4py import MPI
 
-from . import _core
-from ._errors import ScheduleError
+from .. import _core
+from .errors import ScheduleError
 
 log = logging.getLogger("partialcoll")
 
@@ -46,7 +46,7 @@ _owned = []             # every duplicate not yet freed
 _live = []              # every LibraryComm not yet released
 _exiting = False
 _hooks = {"before_collective": [], "on_user_free": [], "on_release": [],
-          "at_exit": []}
+          "at_exit": [], "free_at_exit": []}
 
 
 def register(event, fn=None):
@@ -54,8 +54,10 @@ def register(event, fn=None):
     at the start of every library collective on lc; ``keep`` is the caller's
     own token, see :meth:`LibraryComm.before_collective`), ``"on_user_free"`` (fn(lc),
     inside the collective MPI_Comm_free of lc's user communicator),
-    ``"on_release"`` (fn(lc), just before lc's duplicates are freed) or
-    ``"at_exit"`` (fn(), before the progress thread stops).  Hooks run in
+    ``"on_release"`` (fn(lc), just before lc's duplicates are freed),
+    ``"at_exit"`` (fn(), before the progress thread stops: higher modules
+    finish what is in flight) or ``"free_at_exit"`` (fn(), after every
+    ``at_exit`` hook: the schedules are freed).  Hooks run in
     registration order.  Without ``fn``, a decorator that registers."""
     if fn is None:
         return lambda f: register(event, f)
@@ -351,8 +353,8 @@ def _shutdown():
                 fn()
             except Exception:
                 log.exception("partialcoll exit handler failed")
-    from .schedule import free_all
-    free_all()
+    for fn in _hooks["free_at_exit"]:
+        fn()
     stuck = _core.shutdown(5.0)
     if stuck:
         log.warning("%d freed schedule(s) still had sends in flight after "

@@ -24,7 +24,7 @@ application triggers) executed in *rounds* by the C progress thread; see
   on the schedule's own stream, which waits for the caller's stream at every
   post.  Sends and receives of device memory go to a CUDA-aware MPI
   directly, or are staged through pinned host memory by copy ops the
-  schedule adds itself (see ``partialcoll/_device.py``).  ``fence()``
+  schedule adds itself (see ``partialcoll/devices.py``).  ``fence()``
   completes once the device work queued before it has run.
 
 Example (two ranks exchange and sum a vector)::
@@ -46,14 +46,14 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
-from . import _core
-from . import _device
-from ._errors import (ScheduleError, ScheduleFreedError, check_comm,
-                      require_thread_multiple)
+from .. import _core
+from . import devices, libcomm
+from .errors import ScheduleError, ScheduleFreedError
+from .checks import check_comm, require_thread_multiple
 from .ops import OPS, as_op, check_op_dtype, dtype_code
-from ._slots import (DEVICE, HOST, OUTCOMES, BufRef, RoundOutcomes,  # noqa: F401
-                     Slot, _DataLock, _nanoseconds, _param, _priority, _ref,
-                     _wait_seconds, _whole)
+from .slots import (DEVICE, HOST, OUTCOMES, BufRef, RoundOutcomes, Slot,  # noqa: F401
+                    _DataLock, _nanoseconds, _param, _priority, _ref,
+                    _wait_seconds, _whole)
 
 SUM = OPS["SUM"]
 
@@ -133,9 +133,9 @@ class Schedule:
         self._check_building()
         space = DEVICE if device else HOST
         if array is not None:
-            backend = _device.backend_of(array)
+            backend = devices.backend_of(array)
             if backend is not None:
-                arr = _device.flat(backend, array)
+                arr = devices.flat(backend, array)
                 self.use_device(backend, backend.device_id(array))
                 space = DEVICE
             else:
@@ -167,7 +167,7 @@ class Schedule:
         self._check_building()
         if self._backend is None:
             self._backend, self._device_id = backend, device_id
-            self._path, self._chunk = _device.gpu_path(), _device.chunk_bytes()
+            self._path, self._chunk = devices.gpu_path(), devices.chunk_bytes()
         elif (backend, device_id) != (self._backend, self._device_id):
             raise ScheduleError("a schedule's device buffers must all be on "
                                 "one device")
@@ -245,7 +245,7 @@ class Schedule:
         only after this schedule released k earlier ordered sends to
         ``peer`` in the round (a counter gate; number them 0..n-1 per peer).
         ``traffic_class`` picks the emulated network's drop probability
-        (:mod:`partialcoll.network`)."""
+        (:mod:`partialcoll.transport.network`)."""
         a = None if stamped else _ref(buf)
         peer, tag, traffic_class = _address(peer, tag, traffic_class)
         order, param = _param(order, np.int64, "order")
@@ -480,7 +480,7 @@ class Schedule:
     def bind(self, slot, array):
         """Bind ``array`` (C-contiguous, right dtype and size) to ``slot``."""
         slot = slot if isinstance(slot, Slot) else self._slots[slot]
-        backend = _device.backend_of(array)
+        backend = devices.backend_of(array)
         if slot.device or backend is not None:
             return self._bind_device(slot, array, backend)
         arr = array if isinstance(array, np.ndarray) else np.asarray(array)
@@ -507,7 +507,7 @@ class Schedule:
                 backend.device_id(array) != self._device_id:
             raise ScheduleError(f"{slot} is device memory of this schedule's "
                                 f"device; got {type(array).__name__}")
-        arr = _device.flat(backend, array)
+        arr = devices.flat(backend, array)
         if arr.dtype != slot.dtype or arr.size < slot.size:
             raise ScheduleError(f"{slot} cannot take a {arr.dtype}[{arr.size}] "
                                 "buffer")
@@ -549,7 +549,7 @@ class Schedule:
         return _DataLock(self._core_sched())
 
     def outcomes(self):
-        """A :class:`~partialcoll.schedule.RoundOutcomes` for the last
+        """A :class:`~partialcoll.core.schedule.RoundOutcomes` for the last
         completed round."""
         rnd, oc, nok, t, t_arrive, t_wire = self._core_sched().outcomes()
         return RoundOutcomes(rnd, np.frombuffer(oc, np.uint8),
@@ -640,11 +640,13 @@ class Schedule:
     def to_dot(self, name="schedule"):
         """The graph in Graphviz DOT.  Dashed boxes fire on ANY input; grey
         ones are optional; edges point from predecessor to successor."""
-        from ._dot import to_dot
+        from .dot import to_dot
         return to_dot(self._ops, KIND_NAMES, ALL, name)
 
 
+@libcomm.register("free_at_exit")
 def free_all():
-    """Free every live schedule (called at interpreter exit)."""
+    """Free every live schedule (at interpreter exit, after the higher
+    modules' exit hooks)."""
     for sched in list(_LIVE):
         sched.free()

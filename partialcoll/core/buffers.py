@@ -7,7 +7,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from ._errors import ScheduleError
+from .errors import ScheduleError
 
 
 def as_array(buf, what="buffer"):

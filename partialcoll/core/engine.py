@@ -1,0 +1,68 @@
+"""The progress engine as a whole: its clock, its counters, the cap on
+sends in flight, and the process-wide switches of the transport layer
+(the emulated network's model, the timeline recorder).
+
+Everything here acts on the one progress engine of the process, not on a
+schedule.  :mod:`partialcoll.transport` configures the emulated network
+and reads the timeline through these functions; nothing above ``core``
+calls the C extension itself.
+"""
+from .. import _core
+from .errors import ScheduleError
+
+_C = _core.constants()
+#: C-level constants (op kinds, outcomes, timeline event codes ...)
+CONSTANTS = _C
+
+
+def now():
+    """The executor's clock in seconds (CLOCK_MONOTONIC: the same on every
+    process of a host), as used by ``Schedule.start_at`` and timelines."""
+    return _core.now()
+
+
+def progress_thread_cputime():
+    """CPU seconds the progress thread has used so far (0 if not started)."""
+    return _core.thread_cputime()
+
+
+def set_send_cap(n):
+    """At most ``n`` sends in flight per destination process, the rest
+    queued and released lowest ``priority`` first, so priority decides what
+    the wire carries first.  0 (the default, or PARTIALCOLL_SEND_CAP)
+    removes the cap: nothing queues."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ScheduleError(f"the send cap must be an int >= 0, got {n!r}")
+    _core.set_send_cap(n)
+
+
+def engine_stats():
+    """Counters of the progress engine: ``outstanding`` messages (of every
+    kind: idle persistent schedules add none, one control receive per
+    communicator serves them), ``hot`` (round-bound ones), ``sends_left``,
+    ``unclaimed``/``foreign`` stamped messages, and ``send_cap``."""
+    return _core.engine_stats()
+
+
+# -- the transport layer's switches (partialcoll.transport) --------------
+def set_network(description):
+    """Install an emulated network (the C model's text form, see
+    :mod:`partialcoll.transport.network`); "" goes back to plain MPI."""
+    _core.set_network(description)
+
+
+def network_rate(rank, nic, t):
+    """The emulated network's rate of ``rank``'s NIC (0 out, 1 in) at
+    time ``t`` (bytes/s)."""
+    return _core.network_rate(rank, nic, t)
+
+
+def record_timeline(on):
+    """Switch the timeline recorder on or off; returns the size in bytes
+    of one recorded event (the layout the reader must agree with)."""
+    return _core.timeline_enable(bool(on))
+
+
+def take_timeline():
+    """The events recorded since the last call, as raw bytes."""
+    return _core.timeline_take()
