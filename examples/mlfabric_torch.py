@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from mpi4py import MPI
 
 import partialcoll as pc
-from partialcoll.mlfabric.torch import train_torch
+from partialcoll.torch.mlfabric import train_torch
 
 MODES = ("mlfabric", "async", "mlfabric-s")
 

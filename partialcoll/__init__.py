@@ -33,16 +33,16 @@ LAND, LOR, LXOR = _OPS["LAND"], _OPS["LOR"], _OPS["LXOR"]
 BAND, BOR, BXOR = _OPS["BAND"], _OPS["BOR"], _OPS["BXOR"]
 
 from .collectives.allreduce import allreduce, iallreduce  # noqa: E402
-from .collectives._staging import Compression  # noqa: E402
+from .collectives.staging import Compression  # noqa: E402
 from .collectives.partial import (MajorityAllreduce,  # noqa: E402
                                   PartialAllreduce, PartialResult,
                                   QuorumAllreduce, SoloAllreduce)
 from .collectives.forms import (close_partials, flush_partials,  # noqa: E402
                                 majority_allreduce, partials,
                                 quorum_allreduce, solo_allreduce)
-from .collectives.lossy_average import RPSAverage, RPSRound  # noqa: E402
+from .rps import RPSAverage, RPSRound  # noqa: E402
 from .loadbalance.allreduce import LoadBalancedAllreduce  # noqa: E402
-from . import averaging  # noqa: E402
+from . import rps  # noqa: E402
 from .transport import network, timeline  # noqa: E402
 
 set_send_cap(env.get(env.SEND_CAP, 0, int))

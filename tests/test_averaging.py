@@ -6,7 +6,7 @@ import pytest
 from mpi4py import MPI
 
 import partialcoll as pc
-from partialcoll.averaging import RPSOptimizer
+from partialcoll.rps.optim import RPSOptimizer
 from partialcoll.eager import SGD
 
 pytestmark = pytest.mark.mpi

@@ -1,7 +1,7 @@
 """bfloat16 and float16 reductions and float16 wire compression, at the
 running comm size.
 
-The 16-bit contract (partialcoll/collectives/_staging.py): the result is,
+The 16-bit contract (partialcoll/collectives/staging.py): the result is,
 bit for bit, round_to_nearest_even(float32 allreduce of the widened
 inputs).  Two tests hold it:
 * data whose float32 sums are exact (so the float32 reference does not

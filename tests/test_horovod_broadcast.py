@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed "
                             "(pip install 'partialcoll[torch]')")
 import partialcoll as pc  # noqa: E402
 import partialcoll.torch as pct  # noqa: E402
-from partialcoll.broadcast import broadcast_object  # noqa: E402
+from partialcoll.collectives.broadcast import broadcast_object  # noqa: E402
 
 pytestmark = [pytest.mark.mpi, pytest.mark.max_ranks(5)]
 COMM = MPI.COMM_WORLD

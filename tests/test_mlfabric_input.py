@@ -88,7 +88,7 @@ def _frozen_net():
 
 def test_sgd_over_other_module_refused():
     torch, net = _frozen_net()
-    from partialcoll.mlfabric.torch import sgd_from_torch
+    from partialcoll.torch.mlfabric import sgd_from_torch
     other = torch.nn.Linear(3, 2)
     with pytest.raises(ValueError, match="trainable parameters"):
         sgd_from_torch(torch.optim.SGD(other.parameters(), lr=0.1), net)
@@ -96,7 +96,7 @@ def test_sgd_over_other_module_refused():
 
 def test_sgd_missing_trainable_parameter_refused():
     torch, net = _frozen_net()
-    from partialcoll.mlfabric.torch import sgd_from_torch
+    from partialcoll.torch.mlfabric import sgd_from_torch
     with pytest.raises(ValueError, match="not in it"):
         sgd_from_torch(torch.optim.SGD([net[1].weight], lr=0.1), net)
 
@@ -104,7 +104,7 @@ def test_sgd_missing_trainable_parameter_refused():
 def test_sgd_listing_frozen_parameters_accepted():
     """torch's step skips a frozen parameter it lists: so do we."""
     torch, net = _frozen_net()
-    from partialcoll.mlfabric.torch import sgd_from_torch
+    from partialcoll.torch.mlfabric import sgd_from_torch
     sgd, decay = sgd_from_torch(torch.optim.SGD(net.parameters(), lr=0.1,
                                                 weight_decay=0.1), net)
     assert sgd.lr == 0.1 and decay == 0.1
@@ -114,7 +114,7 @@ def test_frozen_layer_not_decayed():
     """Weight decay applies to what the optimizer trains only: a frozen
     layer's gradient entries stay 0 (it changed before)."""
     torch, net = _frozen_net()
-    from partialcoll.mlfabric.torch import TorchModel, sgd_from_torch
+    from partialcoll.torch.mlfabric import TorchModel, sgd_from_torch
     opt = torch.optim.SGD([p for p in net.parameters() if p.requires_grad],
                           lr=0.1, weight_decay=0.5)
     sgd, decay = sgd_from_torch(opt, net)
@@ -328,7 +328,7 @@ def test_tree_allreduce_mismatched_buffers_raise_everywhere():
 def test_train_torch_bad_data_on_one_worker_raises_everywhere():
     torch = pytest.importorskip("torch")
     from partialcoll.mlfabric import TrainingError
-    from partialcoll.mlfabric.torch import train_torch
+    from partialcoll.torch.mlfabric import train_torch
     torch.manual_seed(0)
     net = torch.nn.Linear(8, 3)
     good = (torch.randn(16, 8), torch.randint(0, 3, (16,)))

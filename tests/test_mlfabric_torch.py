@@ -8,8 +8,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed "
                             "(pip install partialcoll[torch])")
 from partialcoll.mlfabric import SGD  # noqa: E402
-from partialcoll.mlfabric.torch import (ParamMap, TorchModel,  # noqa: E402
-                                        sgd_from_torch)
+from partialcoll.torch.mlfabric import (ParamMap, TorchModel, sgd_from_torch)  # noqa: E402
 
 
 def net(dtype=torch.float32):

@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed "
                             "(pip install partialcoll[torch])")
-from partialcoll.mlfabric.torch import ParamMap, train_torch  # noqa: E402
+from partialcoll.torch.mlfabric import ParamMap, train_torch  # noqa: E402
 
 pytestmark = [pytest.mark.mpi,
               pytest.mark.skipif(MPI.COMM_WORLD.size != 4,

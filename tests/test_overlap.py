@@ -15,7 +15,7 @@ import partialcoll as pc
 torch = pytest.importorskip("torch", reason="PyTorch is not installed "
                             "(pip install 'partialcoll[torch]')")
 import partialcoll.torch as pct  # noqa: E402
-from partialcoll.eager import torch as eager_torch  # noqa: E402
+from partialcoll.torch import optimizer as eager_torch  # noqa: E402
 
 pytestmark = [pytest.mark.mpi, pytest.mark.max_ranks(5)]
 COMM = MPI.COMM_WORLD

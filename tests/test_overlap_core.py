@@ -112,7 +112,7 @@ def test_host_view_of_a_strided_tensor_is_a_contiguous_copy():
     """A transposed gradient (non-contiguous) reaches NumPy as a contiguous
     array with the same values, not a strided view."""
     torch = pytest.importorskip("torch", reason="PyTorch is not installed")
-    from partialcoll.eager.torch_params import host_view
+    from partialcoll.torch.params import host_view
     t = torch.arange(12.0).reshape(3, 4).t()
     a = host_view(t)
     assert a.flags["C_CONTIGUOUS"] and (a == t.numpy()).all()

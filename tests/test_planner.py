@@ -1,4 +1,4 @@
-"""TicTac's planner (partialcoll.scheduling.planner) on hand-made graphs:
+"""TicTac's planner (partialcoll.tictac.planner) on hand-made graphs:
 the paper's own examples (Figures 1a, 5a, 5b), Equation 2 against a
 replay, TIC's ties, TAC's order, renumbering for the counter gate.  No
 MPI."""
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from partialcoll.scheduling import planner
-from partialcoll.scheduling.planner import Graph
+from partialcoll.tictac import planner
+from partialcoll.tictac.planner import Graph
 
 
 def figure_1a(t_recv=1.0, t_op=2.0):

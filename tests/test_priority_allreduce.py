@@ -98,7 +98,7 @@ def test_priorities_are_checked():
 def test_torch_wrapper_takes_numbers_from_the_planner():
     torch = pytest.importorskip("torch", reason="needs PyTorch")
     import partialcoll.torch as pct
-    from partialcoll.scheduling.graphs import parameter_priorities
+    from partialcoll.tictac.graphs import parameter_priorities
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),
                                 torch.nn.Linear(8, 2))

@@ -1,4 +1,4 @@
-"""Worker graphs traced from PyTorch models (partialcoll.scheduling.graphs):
+"""Worker graphs traced from PyTorch models (partialcoll.tictac.graphs):
 receives per module or tensor, program-order edges, chain merging, and
 the planner on them.  Needs torch (torchvision for its models); skips
 otherwise.  No MPI."""
@@ -6,11 +6,11 @@ import importlib.util
 
 import pytest
 
-from partialcoll.scheduling import planner
-from partialcoll.scheduling.planner import Graph
+from partialcoll.tictac import planner
+from partialcoll.tictac.planner import Graph
 
 torch = pytest.importorskip("torch", reason="needs PyTorch")
-from partialcoll.scheduling import graphs  # noqa: E402
+from partialcoll.tictac import graphs  # noqa: E402
 
 
 def small_block():

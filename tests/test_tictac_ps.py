@@ -1,5 +1,5 @@
 """TicTac end to end: a parameter server (rank 0) and its workers on
-schedules over the emulated network (partialcoll.scheduling.ps).  The
+schedules over the emulated network (partialcoll.tictac.ps).  The
 numbers the PS enforces are the order on the wire, the data arrives
 intact, and on a small sequential model TIC's order overlaps
 communication with compute where a bad order cannot (timing, P = 3)."""
@@ -10,8 +10,8 @@ import pytest
 from mpi4py import MPI
 
 import partialcoll as pc
-from partialcoll.scheduling import metrics, planner, ps
-from partialcoll.scheduling.planner import Graph
+from partialcoll.tictac import metrics, planner, ps
+from partialcoll.tictac.planner import Graph
 
 pytestmark = pytest.mark.mpi
 COMM = MPI.COMM_WORLD

@@ -120,7 +120,7 @@ def train(algo, p, seed, args, X, y, comm):
     shard = np.arange(r, len(y), P)
     opt = SGD(model.params, args.lr)
     timeout = args.timeout if args.drop_mode == "silent" else None
-    avg = None if algo == "allreduce" else pc.averaging.RPSOptimizer(
+    avg = None if algo == "allreduce" else pc.rps.RPSOptimizer(
         opt, average="model" if algo == "rps" else "gradients", comm=comm,
         seed=seed, timeout=timeout)
     losses = []

@@ -29,8 +29,8 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ..scheduling import metrics, planner, ps
-from ..scheduling.graphs import scale_compute
+from ..tictac import metrics, planner, ps
+from ..tictac.graphs import scale_compute
 from ._common import (
     byte_size, cli, emit, listed, parse_size, progress, pyplot, real,
     save_plot, whole, writable)
@@ -84,7 +84,7 @@ def traced_graphs(args, comm):
     """{model: planner graph} traced on rank 0, shared with every rank."""
     graphs = None
     if comm.rank == 0:
-        from ..scheduling import graphs as g
+        from ..tictac import graphs as g
         graphs = {}
         for name in args.models.split(","):
             module, example = g.model(name, args.batch, args.image)

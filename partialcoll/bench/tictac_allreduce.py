@@ -38,9 +38,9 @@ from mpi4py import MPI
 import partialcoll as pc
 
 from ..collectives.partial import SoloAllreduce
-from ..scheduling import planner
-from ..scheduling.graphs import model as load_model
-from ..scheduling.graphs import scale_compute, trace
+from ..tictac import planner
+from ..tictac.graphs import model as load_model
+from ..tictac.graphs import scale_compute, trace
 from ._common import (
     byte_size, cli, emit, listed, parse_size, progress, real, whole,
     writable)

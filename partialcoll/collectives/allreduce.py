@@ -5,7 +5,7 @@ The builders (:mod:`._builders`) append the algorithms to a
 :class:`~partialcoll.Schedule` whose slots are ``send`` (slot 0), ``recv``
 (slot 1) and ``tmp`` (slot 2).  Data that is not a plain array of an
 executor dtype (tensors, 16-bit floats, compression) enters through
-:mod:`._staging`.
+:mod:`.staging`.
 """
 import collections
 
@@ -19,7 +19,7 @@ from ..core.checks import check_comm, require_thread_multiple
 from ..core.ops import OPS, Op, as_op, check_op_dtype
 from ..core.schedule import Request, Schedule
 from ..core.slots import DEVICE
-from . import _staging
+from . import staging
 from ._builders import (BUILDERS, build_rabenseifner,  # noqa: F401
                         build_recursive_doubling, build_ring)
 
@@ -289,7 +289,7 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
             CuPy array (then ``recvbuf`` is one too, the reductions run on
             the GPU and the result is a CuPy array; see the README's "GPU
             buffers").  bfloat16 and float16 are reduced in float32 and
-            rounded once (``partialcoll/collectives/_staging.py``).
+            rounded once (``partialcoll/collectives/staging.py``).
         recvbuf: where the result goes (allocated, of the caller's type,
             when None); pass the same object as ``sendbuf`` for an in-place
             reduction.
@@ -322,10 +322,10 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
         ...                      # overlap computation
         total = req.wait()
     """
-    if _staging.plain(sendbuf, recvbuf, compression):
+    if staging.plain(sendbuf, recvbuf, compression):
         return _iallreduce(sendbuf, recvbuf, op, comm, algorithm, priority)
-    call = _staging.Call(sendbuf, recvbuf, op, compression)
-    return _staging.CallRequest(_iallreduce(call.send, call.recv, call.op,
+    call = staging.Call(sendbuf, recvbuf, op, compression)
+    return staging.CallRequest(_iallreduce(call.send, call.recv, call.op,
                                             comm, algorithm, priority), call)
 
 
@@ -395,8 +395,8 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
                     raise
                 return recvbuf
     if compression is not _STAGED and \
-            not _staging.plain(sendbuf, recvbuf, compression):
-        call = _staging.Call(sendbuf, recvbuf, op, compression)
+            not staging.plain(sendbuf, recvbuf, compression):
+        call = staging.Call(sendbuf, recvbuf, op, compression)
         allreduce(call.send, call.recv, call.op, comm, algorithm, priority,
                   _STAGED)
         return call.finish()

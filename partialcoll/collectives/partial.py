@@ -16,7 +16,7 @@ from ..core.errors import ScheduleError
 from ..core.checks import check_comm, check_int, require_thread_multiple
 from ..core.ops import OPS, as_op
 from . import _rounds
-from ._staging import check_compression, wire_dtype
+from .staging import check_compression, wire_dtype
 from ._result import PartialResult  # noqa: F401
 from ._round_kinds import KINDS, designated as _designated  # noqa: F401
 from ._rounds import tag_block_size  # noqa: F401

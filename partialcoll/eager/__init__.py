@@ -4,9 +4,8 @@ averaging is a partial allreduce, so a slow rank no longer stalls the rest.
 * ``core``: :class:`EagerAverager`, framework-agnostic (NumPy arrays);
 * ``optim``: NumPy optimizers (:class:`SGD`, :class:`Adam`) and their
   :class:`EagerOptimizer`;
-* :mod:`partialcoll.torch`: the PyTorch wrapper (imports torch): its code is
-  in ``torch``, ``torch_accumulation`` (backward_passes_per_step) and
-  ``torch_overlap`` (reductions started during backward).
+* :mod:`partialcoll.torch`: the PyTorch wrapper and DDP hook (imports
+  torch), built on :class:`EagerAverager`.
 """
 from .core import EagerAverager, StepInfo
 from .optim import SGD, Adam, EagerOptimizer

@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 
 from ..core.errors import ScheduleError
-from ..collectives._staging import check_compression
+from ..collectives.staging import check_compression
 from ..core.ops import OPS, as_op
 
 MODES = ("solo", "majority", "sync", "sync-mpi")

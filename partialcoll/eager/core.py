@@ -20,7 +20,7 @@ from ..core import libcomm, devices
 from ..core.buffers import as_array
 from ..core.errors import ScheduleError
 from ..core.checks import check_comm
-from ..broadcast import agree as agree_or_raise
+from ..collectives.broadcast import agree as agree_or_raise
 from ..collectives.allreduce import iallreduce
 from ..collectives.partial import (MajorityAllreduce, QuorumAllreduce,
                                    SoloAllreduce)
@@ -121,7 +121,7 @@ class EagerAverager:
         seed: majority mode's seed for drawing initiators.
         names: a name per gradient, used in error messages.
         priorities: a number per gradient, lower = needed sooner by the
-            next forward pass (e.g. from :mod:`partialcoll.scheduling`'s
+            next forward pass (e.g. from :mod:`partialcoll.tictac`'s
             planner); a bucket's messages take its smallest member's number
             and concurrent buckets leave lowest first where a cap on sends
             in flight queues them (:func:`partialcoll.set_send_cap`).

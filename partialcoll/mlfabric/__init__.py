@@ -28,7 +28,7 @@ in ``execute``), the optimizer and where momentum lives (``optim``), a
 small model (``models``), the synchronous allreduce baselines and
 MLfabric's allreduce (``allreduce_train``; the collective
 :class:`~partialcoll.mlfabric.allreduce.DynamicTreeAllreduce` in
-``allreduce``), and a torch front end (``partialcoll.mlfabric.torch``:
+``allreduce``), and a torch front end (``partialcoll.torch.mlfabric``:
 ``train_torch``; needs torch, so not imported here).
 """
 from .aggregation import Aggregation, Group, aggregate, aggregate_sync

@@ -63,7 +63,7 @@ def train_allreduce(model, optimizer, comm=None, algorithm="ring",
 
     Args:
         model, optimizer: as for :func:`~.training.train` (a torch model
-            through :mod:`partialcoll.mlfabric.torch`).
+            through :mod:`partialcoll.torch.mlfabric`).
         algorithm: "ring" (``pc.allreduce``, RR-Sync), "tree" (a binary
             tree, Tr-Sync) or "mlfabric" (MLfabric's allreduce, section 6:
             a tree re-planned every iteration from the lagged link monitor,

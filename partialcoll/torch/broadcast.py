@@ -24,9 +24,9 @@ import collections
 
 import torch
 
-from .core.errors import ScheduleError
-from .broadcast import (agree, broadcast_pickled, control_comm,
-                        root_argument)
+from ..core.errors import ScheduleError
+from ..collectives.broadcast import (agree, broadcast_pickled, control_comm,
+                                     root_argument)
 
 
 def broadcast_parameters(params, root_rank=0, comm=None, *, root=None):

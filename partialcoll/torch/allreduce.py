@@ -1,36 +1,9 @@
-"""``import partialcoll.torch as pct``: eager-SGD for PyTorch, and
-Horovod's broadcasts and :func:`allreduce` of a tensor.
+"""Horovod's ``hvd.allreduce`` of one tensor: the sum or the average."""
+import torch as _torch
 
-The optimizer wrapper and the DDP hook live in
-``partialcoll/eager/torch.py``, the broadcasts in
-``partialcoll/broadcast_torch.py``; each is documented below.
-Needs torch (``pip install partialcoll[torch]``).
-"""
-try:
-    import torch as _torch  # noqa: F401
-except ImportError as e:            # pragma: no cover - depends on the env
-    raise ImportError("partialcoll.torch needs PyTorch: pip install "
-                      "'partialcoll[torch]' (or your own torch build)") from e
-
-from .eager.torch import EagerOptimizer, synchronize_model  # noqa: E402
-from .eager.torch_ddp import EagerHook, eager_comm_hook  # noqa: E402
-from .broadcast import broadcast_object  # noqa: E402
-from .broadcast_torch import (broadcast_optimizer_state,  # noqa: E402
-                              broadcast_parameters)
-from .eager.core import StepInfo  # noqa: E402
-from .averaging_torch import RPSOptimizer  # noqa: E402
-from .collectives.allreduce import allreduce as _allreduce  # noqa: E402
-from .collectives._staging import Compression  # noqa: E402
-from .core.errors import ScheduleError  # noqa: E402
-from .core.checks import check_comm
-
-#: Horovod's names for ``EagerOptimizer(op=...)``.
-Average, Sum = "average", "sum"
-
-__all__ = ["EagerOptimizer", "EagerHook", "eager_comm_hook",
-           "broadcast_parameters", "broadcast_optimizer_state",
-           "broadcast_object", "synchronize_model", "StepInfo",
-           "RPSOptimizer", "Average", "Sum", "Compression"]
+from ..collectives.allreduce import allreduce as _allreduce
+from ..core.checks import check_comm
+from ..core.errors import ScheduleError
 
 
 def allreduce(tensor, op="average", average=None, comm=None,
@@ -88,6 +61,3 @@ def allreduce(tensor, op="average", average=None, comm=None,
         total = _allreduce(t.float(), comm=comm, compression=compression)
         return total.div_(size).to(t.dtype)
     return _allreduce(t, comm=comm, compression=compression).div_(size)
-
-
-__all__ += ["allreduce"]

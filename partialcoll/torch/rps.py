@@ -1,5 +1,5 @@
 """RPS training for PyTorch: ``partialcoll.torch.RPSOptimizer`` (see
-:mod:`partialcoll.averaging` for the two modes).
+:mod:`partialcoll.rps.optim` for the two modes).
 
     opt = pct.RPSOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                            average="model", seed=0)
@@ -12,9 +12,9 @@ them, without copies of the tensors themselves)."""
 import numpy as np
 import torch
 
-from .core.errors import ScheduleError
-from .averaging import FlatView, check_mode
-from .collectives.lossy_average import RPSAverage
+from ..core.errors import ScheduleError
+from ..rps.optim import FlatView, check_mode
+from ..rps.average import RPSAverage
 
 
 class RPSOptimizer:

@@ -2,7 +2,7 @@
 tracing module and time oracle, section 5).
 
 :func:`trace` runs ``torch.fx.symbolic_trace`` on a model and turns its
-nodes into a :class:`~partialcoll.scheduling.planner.Graph`: one receive
+nodes into a :class:`~partialcoll.tictac.planner.Graph`: one receive
 per parameter (or per module holding parameters), one compute op per
 node, each compute op after the nodes it reads and the receives of the
 parameters it uses.  Op times come from the time oracle of section 5:
@@ -30,7 +30,7 @@ import time
 
 from .planner import COMPUTE, RECV, Graph
 
-log = logging.getLogger("partialcoll.scheduling")
+log = logging.getLogger("partialcoll.tictac")
 
 #: models :func:`model` builds (torchvision architectures without weights,
 #: and a transformer block); name -> default input shape (batch 1)

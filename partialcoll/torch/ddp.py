@@ -1,14 +1,14 @@
 """eager-SGD as a ``DistributedDataParallel`` communication hook
 (:class:`EagerHook`, :func:`eager_comm_hook`), for DDP users who keep their
-optimizer; the optimizer wrapper is in :mod:`partialcoll.eager.torch`."""
+optimizer; the optimizer wrapper is in :mod:`partialcoll.torch.optimizer`."""
 import warnings
 
 import torch
 
 from ..core.errors import ScheduleError
-from .core import SYNC_MODES, EagerAverager
-from .torch_params import backward_order, host_view, np_dtype, set_grads
-from .torch_overlap import DEFAULT_BUCKET_BYTES
+from ..eager.core import SYNC_MODES, EagerAverager
+from .params import backward_order, host_view, np_dtype, set_grads
+from .overlap import DEFAULT_BUCKET_BYTES
 
 
 class EagerHook:

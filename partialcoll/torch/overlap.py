@@ -5,7 +5,7 @@ post-accumulate-grad hook hands its gradient to the averager
 made it, and a bucket's reduction starts when its last gradient is in.
 
 Which pass of a step is the one to hand over: with
-``backward_passes_per_step`` N (:class:`.torch_accumulation.LocalSum`), the
+``backward_passes_per_step`` N (:class:`.accumulation.LocalSum`), the
 N-th since the last reduction, counted per parameter (the passes the local
 sum already holds, plus those that reached the parameter since the last
 ``step()``).  A pass that reaches a parameter after its gradient was handed

@@ -24,8 +24,8 @@ Use plain SGD without momentum to match the paper's analysis::
 """
 import numpy as np
 
-from .core.errors import ScheduleError
-from .collectives.lossy_average import RPSAverage
+from ..core.errors import ScheduleError
+from .average import RPSAverage
 
 MODES = ("model", "gradients")
 

@@ -51,7 +51,7 @@ from ..core.schedule import Schedule
 from . import metrics
 from .planner import COMPUTE
 
-log = logging.getLogger("partialcoll.scheduling")
+log = logging.getLogger("partialcoll.tictac")
 
 TASKS = ("inference", "train")
 

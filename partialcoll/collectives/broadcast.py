@@ -1,5 +1,5 @@
 """Broadcasts for training scripts: any picklable object, and the checks the
-torch broadcasts (:mod:`partialcoll.broadcast_torch`) build on.
+torch broadcasts (:mod:`partialcoll.torch.broadcast`) build on.
 
 Each function here is collective over ``comm`` and talks on the library's
 control duplicate of it (see :mod:`partialcoll.core.libcomm`), so its messages never match
@@ -14,9 +14,9 @@ import numbers
 
 from mpi4py import MPI
 
-from .core import libcomm
-from .core.errors import ScheduleError
-from .core.checks import check_comm
+from ..core import libcomm
+from ..core.errors import ScheduleError
+from ..core.checks import check_comm
 
 
 def control_comm(comm):

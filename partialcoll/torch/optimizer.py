@@ -18,7 +18,7 @@ on the GPU, and MPI gets device memory (CUDA-aware) or pinned host copies
 (staged), see :mod:`partialcoll.core.devices`.  Otherwise, and in ``EagerHook``
 and ``synchronize_model``, device tensors are copied to the host and back.
 The broadcasts (``broadcast_parameters``, ``broadcast_optimizer_state``)
-live in :mod:`partialcoll.broadcast_torch`.
+live in :mod:`partialcoll.torch.broadcast`.
 """
 import contextlib
 import logging
@@ -30,12 +30,11 @@ from mpi4py import MPI
 from ..core import libcomm
 from ..core.errors import ScheduleError
 from ..core.checks import check_comm
-from .core import SYNC_MODES, AveragerFront, EagerAverager, refuse_setup
-from .torch_accumulation import LocalSum
-from .torch_overlap import DEFAULT_BUCKET_BYTES, Overlap, hooks_available
-from .torch_params import (backward_order, check_named, cupy_stream,
-                           forward_order, gpu_of, host_view, np_dtype,
-                           priority_numbers, set_grads)
+from ..eager.core import SYNC_MODES, AveragerFront, EagerAverager, refuse_setup
+from .accumulation import LocalSum
+from .overlap import DEFAULT_BUCKET_BYTES, Overlap, hooks_available
+from .params import (backward_order, check_named, cupy_stream, forward_order,
+                     gpu_of, host_view, np_dtype, priority_numbers, set_grads)
 
 log = logging.getLogger("partialcoll")
 
@@ -83,7 +82,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         seed: majority mode's seed for drawing initiators.
         priorities: ``{parameter name: number}``, lower = needed sooner by
             the next forward pass, e.g.
-            :func:`partialcoll.scheduling.graphs.parameter_priorities`
+            :func:`partialcoll.tictac.graphs.parameter_priorities`
             (TicTac's planner on the traced model); each bucket's messages
             take its most urgent member's number (parameters not named:
             last).  Takes effect on the wire with a cap on sends in flight

@@ -1,6 +1,6 @@
 """The parameters an eager-SGD torch wrapper averages: their names and
 orders, checked; gradients as host arrays (or on their GPU) and back.
-Shared by :mod:`.torch` (the optimizer) and :mod:`.torch_ddp` (DDP's
+Shared by :mod:`.optimizer` (the optimizer) and :mod:`.ddp` (DDP's
 hook)."""
 import collections
 import importlib.util

@@ -1,0 +1,38 @@
+"""``import partialcoll.torch as pct``: every PyTorch-facing part of
+partialcoll.
+
+* :class:`EagerOptimizer` (``optimizer``, with ``overlap``,
+  ``accumulation`` and ``params``): eager-SGD's optimizer wrapper;
+* :class:`EagerHook` / :func:`eager_comm_hook` (``ddp``): the DDP comm
+  hook;
+* Horovod's broadcasts (``broadcast``) and :func:`allreduce` of a tensor
+  (``allreduce``);
+* :class:`RPSOptimizer` (``rps``): training over lossy links;
+* ``partialcoll.torch.mlfabric``: a torch model on MLfabric's parameter
+  server (imported on first use).
+
+Needs torch (``pip install partialcoll[torch]``).
+"""
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as e:            # pragma: no cover - depends on the env
+    raise ImportError("partialcoll.torch needs PyTorch: pip install "
+                      "'partialcoll[torch]' (or your own torch build)") from e
+
+from ..collectives.broadcast import broadcast_object  # noqa: E402
+from ..collectives.staging import Compression  # noqa: E402
+from ..eager.core import StepInfo  # noqa: E402
+from .allreduce import allreduce  # noqa: E402
+from .broadcast import (broadcast_optimizer_state,  # noqa: E402
+                        broadcast_parameters)
+from .ddp import EagerHook, eager_comm_hook  # noqa: E402
+from .optimizer import EagerOptimizer, synchronize_model  # noqa: E402
+from .rps import RPSOptimizer  # noqa: E402
+
+#: Horovod's names for ``EagerOptimizer(op=...)``.
+Average, Sum = "average", "sum"
+
+__all__ = ["EagerOptimizer", "EagerHook", "eager_comm_hook",
+           "broadcast_parameters", "broadcast_optimizer_state",
+           "broadcast_object", "synchronize_model", "StepInfo",
+           "RPSOptimizer", "Average", "Sum", "Compression", "allreduce"]
