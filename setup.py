@@ -79,12 +79,12 @@ ext = Extension(
 )
 
 # MLfabric's scheduler: its link model's hot loops in C (no MPI; the
-# Python versions in partialcoll/mlfabric/links.py are the fallback)
+# Python versions in partialcoll/mlfabric/scheduler/links.py are the
+# fallback)
 linkops = Extension(
-    "partialcoll.mlfabric._linkops",
-    sources=["partialcoll/mlfabric/_linkops.c",
-             "partialcoll/mlfabric/_linkops_agg.c"],
-    depends=["partialcoll/mlfabric/_linkops.h"],
+    "partialcoll.mlfabric.scheduler._linkops",
+    sources=["csrc/mlfabric/linkops.c", "csrc/mlfabric/linkops_agg.c"],
+    depends=["csrc/mlfabric/linkops.h"],
     extra_compile_args=["-O2", "-std=c11", "-Wall", "-ffp-contract=off"],
 )
 

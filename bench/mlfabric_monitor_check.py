@@ -30,7 +30,7 @@ from mpi4py import MPI
 import partialcoll as pc
 from partialcoll.bench import mlfabric as bench
 from partialcoll.bench._common import limit_blas
-from partialcoll.mlfabric import scheduler as scheduler_module
+from partialcoll.mlfabric.scheduler import batch as scheduler_module
 
 DEFAULTS = ["--model", "mlp", "--lr", "4", "--server-nic", "fixed",
             "--base-rate", "2e6", "--distributors", "2",

@@ -12,7 +12,7 @@ import sys, time, numpy as np
 from mpi4py import MPI
 import partialcoll as pc
 from partialcoll.mlfabric import SGD, TanhMLP, train
-from partialcoll.mlfabric import worker as W
+from partialcoll.mlfabric.runtime import worker as W
 from partialcoll.bench._common import limit_blas
 d = int(sys.argv[1]); mode = sys.argv[2]
 base = float(sys.argv[3]) if len(sys.argv) > 3 else 1e7

@@ -7,9 +7,10 @@ import random
 
 import pytest
 
-from partialcoll.mlfabric.aggregation import aggregate, aggregate_sync
-from partialcoll.mlfabric.links import NetworkState
-from partialcoll.mlfabric.ordering import Update, order_updates
+from partialcoll.mlfabric.scheduler.aggregation import (aggregate,
+                                                        aggregate_sync)
+from partialcoll.mlfabric.scheduler.links import NetworkState
+from partialcoll.mlfabric.scheduler.ordering import Update, order_updates
 
 INF = math.inf
 
@@ -70,7 +71,7 @@ def test_n_zero_first_update_always_joins_its_group():
     net = unit_net(7)
     agg = aggregate(units([1, 2]), net, 0, [5, 6])
     # the case n = 0 is worse than n = 1 here; evaluate it explicitly
-    from partialcoll.mlfabric.aggregation import _det_agg_rest
+    from partialcoll.mlfabric.scheduler.aggregation import _det_agg_rest
     trial = net.fork()
     cost, groups = _det_agg_rest(units([1, 2]), trial, 0, [5, 6], 0.0, 0.0,
                                  True, lambda v: False, lambda g: -INF,
@@ -239,9 +240,9 @@ def test_pruned_enumeration_finds_the_best_case(seed, ordered):
 def test_c_trial_cases_match_python(seed):
     """The C trial (_linkops.det_agg_trial) gives bit for bit the cost of
     the Python one, for every case and for bounds that stop it early."""
-    from partialcoll.mlfabric import aggregation, links
-    if links._c is None:
-        pytest.skip("partialcoll.mlfabric._linkops is not built")
+    from partialcoll.mlfabric.scheduler import aggregation, links
+    if links.native is None:
+        pytest.skip("partialcoll.mlfabric.scheduler._linkops is not built")
     rng = random.Random(500 + seed)
     net, ups = random_net_and_updates(rng, rng.randrange(1, 16))
     aggs = rng.sample(range(1, 9), rng.randrange(1, 4))

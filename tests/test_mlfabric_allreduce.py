@@ -8,7 +8,7 @@ import pytest
 from mpi4py import MPI
 
 import partialcoll as pc
-from partialcoll.mlfabric.allreduce import DynamicTreeAllreduce
+from partialcoll.mlfabric.runtime.allreduce import DynamicTreeAllreduce
 
 pytestmark = pytest.mark.mpi
 COMM = MPI.COMM_WORLD

@@ -1,5 +1,5 @@
 """MLfabric's model distribution for the parameter server's pulls
-(section 10.3, :func:`partialcoll.mlfabric.dyntree.plan_distribution`),
+(section 10.3, :func:`partialcoll.mlfabric.scheduler.dyntree.plan_distribution`),
 no MPI: who gets the model from whom for given link rates, worked out by
 hand, the refusals, and the structure over random instances (every
 requester exactly once, from the server or from a relay that got it from
@@ -8,9 +8,10 @@ import random
 
 import pytest
 
-from partialcoll.mlfabric.config import RunConfig
-from partialcoll.mlfabric.dyntree import (choose_relays, plan_distribution,
-                                          plan_relayed)
+from partialcoll.mlfabric.runtime.config import RunConfig
+from partialcoll.mlfabric.scheduler.dyntree import (choose_relays,
+                                                    plan_distribution,
+                                                    plan_relayed)
 
 MB = 1e6
 FAST = 10 * MB

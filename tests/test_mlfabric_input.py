@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 import partialcoll as pc
 from partialcoll.mlfabric import SGD, SoftmaxRegression, TanhMLP
-from partialcoll.mlfabric.config import RunConfig, check_run
+from partialcoll.mlfabric.runtime.config import RunConfig, check_run
 
 COMM = MPI.COMM_WORLD
 P = COMM.size

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from partialcoll.mlfabric.links import (NetworkState, Timeline, finish_time,
-                                        latest_start)
-from partialcoll.mlfabric.monitor import LinkMonitor
+from partialcoll.mlfabric.scheduler.links import (NetworkState, Timeline,
+                                                  finish_time, latest_start)
+from partialcoll.mlfabric.scheduler.monitor import LinkMonitor
 
 
 def net_of(out, inn, now=0.0):
@@ -232,20 +232,20 @@ def random_timelines(rng, count=8):
 
 
 def test_c_loops_match_python_bit_for_bit():
-    from partialcoll.mlfabric import links
-    if links._c is None:
-        pytest.skip("partialcoll.mlfabric._linkops is not built")
+    from partialcoll.mlfabric.scheduler import links
+    if links.native is None:
+        pytest.skip("partialcoll.mlfabric.scheduler._linkops is not built")
     rng = random.Random(11)
     for _ in range(300):
         a, b = rng.sample(random_timelines(rng, 4), 2)
         start = rng.choice([0.0, rng.uniform(0, 8)])
         size = rng.choice([0.0, rng.uniform(0.01, 40)])
-        assert links._c.finish_time(a, b, start, size) == \
+        assert links.native.finish_time(a, b, start, size) == \
             links._py_finish_time(a, b, start, size)
-        c_fill = links._c.fill(a, b, start, size)
+        c_fill = links.native.fill(a, b, start, size)
         assert c_fill == links._py_fill(a, b, start, size)
         end = start + rng.uniform(0, 10)
-        assert links._c.latest_start(a, b, start, end, size) == \
+        assert links.native.latest_start(a, b, start, end, size) == \
             links._py_latest_start(a, b, start, end, size)
         end, points, rates = c_fill
         if end < math.inf and rates:
@@ -256,7 +256,7 @@ def test_c_loops_match_python_bit_for_bit():
                     assert type(got) is Timeline and got.cap == link.cap
                     assert (got.times, got.used) == (want.times, want.used)
     with pytest.raises(ValueError):
-        links._c.added(Timeline(1.0, 5.0), [1.0, 2.0], [0.5], 1.0)
+        links.native.added(Timeline(1.0, 5.0), [1.0, 2.0], [0.5], 1.0)
 
 
 def test_pure_python_plans_the_same_as_c():
@@ -267,19 +267,19 @@ def test_pure_python_plans_the_same_as_c():
     import os
     import subprocess
     import sys
-    from partialcoll.mlfabric import links
-    if links._c is None:
-        pytest.skip("partialcoll.mlfabric._linkops is not built")
+    from partialcoll.mlfabric.scheduler import links
+    if links.native is None:
+        pytest.skip("partialcoll.mlfabric.scheduler._linkops is not built")
     code = ("import json, numpy as np\n"
-            "from partialcoll.mlfabric.microbench import random_batch\n"
-            "from partialcoll.mlfabric.monitor import LinkMonitor\n"
+            "from partialcoll.mlfabric.scheduler.microbench import random_batch\n"
+            "from partialcoll.mlfabric.scheduler.monitor import LinkMonitor\n"
             "from partialcoll.mlfabric.scheduler import Scheduler\n"
-            "from partialcoll.mlfabric import links\n"
+            "from partialcoll.mlfabric.scheduler import links\n"
             "out, inn, ups, tau = random_batch(60, np.random.default_rng(5))\n"
             "s = Scheduler(0, sorted(out), LinkMonitor(out, inn), tau, 3, 1,"
             " 2, div_max=8.0, gamma=0.9)\n"
             "p = s.plan(0.0, ups)\n"
-            "print(json.dumps([links._c is None, [[g.uid for g in grp.members]"
+            "print(json.dumps([links.native is None, [[g.uid for g in grp.members]"
             " for grp in p.groups], [grp.end for grp in p.groups],"
             " [grp.end for grp in p.replication.groups]]))\n")
     env = dict(os.environ, PARTIALCOLL_MLFABRIC_PURE_PYTHON="1")

@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-from partialcoll.mlfabric.aggregation import aggregate
-from partialcoll.mlfabric.links import NetworkState
-from partialcoll.mlfabric.ordering import (Update, deadline, delays,
-                                           order_updates)
+from partialcoll.mlfabric.scheduler.aggregation import aggregate
+from partialcoll.mlfabric.scheduler.links import NetworkState
+from partialcoll.mlfabric.scheduler.ordering import (Update, deadline, delays,
+                                                     order_updates)
 
 INF = math.inf
 

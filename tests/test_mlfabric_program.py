@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from partialcoll.mlfabric.links import NetworkState
-from partialcoll.mlfabric.monitor import LinkMonitor
-from partialcoll.mlfabric.ordering import Update
-from partialcoll.mlfabric.program import first_byte, programs
-from partialcoll.mlfabric.scheduler import Scheduler
+from partialcoll.mlfabric.scheduler.links import NetworkState
+from partialcoll.mlfabric.scheduler.monitor import LinkMonitor
+from partialcoll.mlfabric.scheduler.ordering import Update
+from partialcoll.mlfabric.runtime.program import first_byte, programs
+from partialcoll.mlfabric.scheduler.batch import Scheduler
 
 
 def test_paper_fig2_plan_as_programs():
@@ -93,7 +93,7 @@ def test_first_byte_is_when_the_profile_starts():
 
 
 def test_replica_transfers_yield_to_the_servers():
-    from partialcoll.mlfabric.program import REPLICA_PRIORITY
+    from partialcoll.mlfabric.runtime.program import REPLICA_PRIORITY
     seen = set()
     for seed in range(10):
         for plan in random_plans(seed):

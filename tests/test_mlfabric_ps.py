@@ -15,8 +15,8 @@ import pytest
 from mpi4py import MPI
 
 import partialcoll as pc
-from partialcoll.mlfabric.models import SoftmaxRegression
-from partialcoll.mlfabric.optim import SGD
+from partialcoll.mlfabric.runtime.models import SoftmaxRegression
+from partialcoll.mlfabric.runtime.optim import SGD
 from partialcoll.mlfabric import train
 
 pytestmark = [pytest.mark.mpi,
@@ -192,7 +192,7 @@ def test_without_distributors_the_server_sends_every_copy(slow_server_out):
 def test_sync_allreduce_baselines(network, algorithm):
     """The synchronous baselines of the benchmark: the same workers agree
     on the model (the tree's sum is exact as the ring's), loss falls."""
-    from partialcoll.mlfabric.allreduce_train import train_allreduce
+    from partialcoll.mlfabric.runtime.allreduce_train import train_allreduce
     model = SoftmaxRegression(features=64, classes=16, seed=1)
     start = model.loss(model.params)
     out = train_allreduce(model, SGD(5.0, 0.5), algorithm=algorithm,
@@ -206,7 +206,7 @@ def test_sync_allreduce_baselines(network, algorithm):
 
 
 def test_tree_schedule_sums_exactly():
-    from partialcoll.mlfabric.allreduce_train import tree_schedule
+    from partialcoll.mlfabric.runtime.allreduce_train import tree_schedule
     c = COMM.Dup()
     buf = np.arange(5, dtype=np.float64) + COMM.rank
     s = tree_schedule(c, buf)
@@ -239,7 +239,7 @@ def test_train_allreduce_refuses_bad_settings_on_every_rank(kw):
     waits for the workers' result: a root or aggregator out of range was
     refused by the workers alone (the server then waited forever), and
     with no stop it never ended."""
-    from partialcoll.mlfabric.allreduce_train import train_allreduce
+    from partialcoll.mlfabric.runtime.allreduce_train import train_allreduce
     opts = dict(compute_time=0.01, max_iterations=2)
     opts.update(kw)
     with pytest.raises(ValueError):

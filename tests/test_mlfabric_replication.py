@@ -10,14 +10,16 @@ import random
 import numpy as np
 import pytest
 
-from partialcoll.mlfabric.aggregation import Group
-from partialcoll.mlfabric.links import NetworkState
-from partialcoll.mlfabric.microbench import scheduler_benchmark
-from partialcoll.mlfabric.monitor import LinkMonitor
-from partialcoll.mlfabric.ordering import Update
-from partialcoll.mlfabric.replication import (DivergenceTracker, _Bounds,
-                                              divergence_bound, replicate)
-from partialcoll.mlfabric.scheduler import Scheduler
+from partialcoll.mlfabric.scheduler.aggregation import Group
+from partialcoll.mlfabric.scheduler.links import NetworkState
+from partialcoll.mlfabric.scheduler.microbench import scheduler_benchmark
+from partialcoll.mlfabric.scheduler.monitor import LinkMonitor
+from partialcoll.mlfabric.scheduler.ordering import Update
+from partialcoll.mlfabric.scheduler.replication import (DivergenceTracker,
+                                                        _Bounds,
+                                                        divergence_bound,
+                                                        replicate)
+from partialcoll.mlfabric.scheduler.batch import Scheduler
 
 INF = math.inf
 

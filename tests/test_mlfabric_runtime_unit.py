@@ -7,16 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from partialcoll.mlfabric.config import RunConfig, check_run
-from partialcoll.mlfabric.execute import start_times
-from partialcoll.mlfabric.links import NetworkState
-from partialcoll.mlfabric.models import SoftmaxRegression, TanhMLP
-from partialcoll.mlfabric.optim import SGD
-from partialcoll.mlfabric.ordering import Update
-from partialcoll.mlfabric.program import programs
-from partialcoll.mlfabric.roles import Roles, async_programs
-from partialcoll.mlfabric.scheduler import Scheduler
-from partialcoll.mlfabric.monitor import LinkMonitor
+from partialcoll.mlfabric.runtime.config import RunConfig, check_run
+from partialcoll.mlfabric.runtime.execute import start_times
+from partialcoll.mlfabric.scheduler.links import NetworkState
+from partialcoll.mlfabric.runtime.models import SoftmaxRegression, TanhMLP
+from partialcoll.mlfabric.runtime.optim import SGD
+from partialcoll.mlfabric.scheduler.ordering import Update
+from partialcoll.mlfabric.runtime.program import programs
+from partialcoll.mlfabric.runtime.roles import Roles, async_programs
+from partialcoll.mlfabric.scheduler.batch import Scheduler
+from partialcoll.mlfabric.scheduler.monitor import LinkMonitor
 
 
 def test_worker_momentum_makes_grouping_irrelevant():
@@ -223,20 +223,20 @@ def test_applier_says_when_its_step_did_not_block():
     async) polls each run without waiting, and an ordered one whose oldest
     run has every gate open waits on nothing.  Before, both made the
     server's loop spin while updates were in flight."""
-    from partialcoll.mlfabric.roles import _Applier
-    ordered = _Applier(lambda buf, members: None)
+    from partialcoll.mlfabric.runtime.roles import Applier
+    ordered = Applier(lambda buf, members: None)
     run = _Gateless()
     ordered.add(run, {})
     assert ordered.step(0.002) == 0 and ordered.waited
     assert run.timeouts == [0.002]
-    ordered = _Applier(lambda buf, members: None)
+    ordered = Applier(lambda buf, members: None)
     sending = _Gateless()                  # gates open, sends in flight
     ordered.add(sending, {})
     sending.opened = len(sending.gates)
     assert ordered.step(0.002) == 0 and not ordered.waited
     assert not ordered.empty()
     assert sending.timeouts == []
-    unordered = _Applier(lambda buf, members: None, ordered=False)
+    unordered = Applier(lambda buf, members: None, ordered=False)
     runs = [_Gateless(), _Gateless()]
     for r in runs:
         unordered.add(r, {})
@@ -248,9 +248,9 @@ def test_ordered_applier_passes_a_run_whose_sends_are_leaving():
     """Plan order across runs: the second run's commits wait for the
     first run's gates, not for its sends; the third run's wait for the
     second's closed gate."""
-    from partialcoll.mlfabric.roles import _Applier
+    from partialcoll.mlfabric.runtime.roles import Applier
     applied = []
-    ordered = _Applier(lambda buf, members: applied.append(members))
+    ordered = Applier(lambda buf, members: applied.append(members))
     first, second, third = _Gateless(1, 1), _Gateless(2, 1), _Gateless(1, 1)
     for i, run in enumerate((first, second, third)):
         ordered.add(run, {c: [(i, c)] for c in range(len(run.gates))})

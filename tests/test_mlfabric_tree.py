@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from partialcoll.mlfabric.dyntree import PULL, PUSH, plan_tree
+from partialcoll.mlfabric.scheduler.dyntree import PULL, PUSH, plan_tree
 
 MB = 1e6
 FAST = 10 * MB

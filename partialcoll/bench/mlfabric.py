@@ -45,7 +45,7 @@ from mpi4py import MPI
 import partialcoll as pc
 from ..mlfabric import (SGD, SoftmaxRegression, TanhMLP, train,
                         train_allreduce)
-from ..mlfabric.config import DISTRIBUTIONS
+from ..mlfabric.runtime.config import DISTRIBUTIONS
 from ._common import (
     auto_or_count, cli, emit, limit_blas, listed, one_of, real,
     save_plot, whole, writable)

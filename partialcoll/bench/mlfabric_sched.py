@@ -17,8 +17,8 @@ import sys
 
 from mpi4py import MPI
 
-from ..mlfabric import links
-from ..mlfabric.microbench import N1, N2, N3, scheduler_benchmark
+from ..mlfabric.scheduler import links
+from ..mlfabric.scheduler.microbench import N1, N2, N3, scheduler_benchmark
 from ._common import cli, emit, listed, whole, writable
 
 NETWORKS = {"N1": N1, "N2": N2, "N3": N3}
@@ -58,7 +58,7 @@ def run(args, comm=MPI.COMM_WORLD):
             row[key] = r[key]
         rows.append(row)
     load = os.getloadavg()[0]
-    loops = "Python" if links._c is None else "C"
+    loops = "Python" if links.native is None else "C"
     emit(rows, list(rows[0]) if rows else [], args,
          f"MLfabric scheduler per batch: {args.network}, k = "
          f"{args.aggregators}, k' = {args.replica_aggregators}, "

@@ -26,7 +26,7 @@ TIMELINE = "PARTIALCOLL_TIMELINE"
 #: sends in flight per destination process (default 0: no cap)
 SEND_CAP = "PARTIALCOLL_SEND_CAP"
 #: "1": MLfabric's scheduler uses its link model's Python loops even where
-#: their C versions (partialcoll.mlfabric._linkops) are built
+#: their C versions (partialcoll.mlfabric.scheduler._linkops) are built
 MLFABRIC_PURE_PYTHON = "PARTIALCOLL_MLFABRIC_PURE_PYTHON"
 
 

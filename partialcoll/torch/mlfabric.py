@@ -1,7 +1,7 @@
 """A torch front end for MLfabric's parameter server: a ``torch.nn.Module``, a loss function,
 mini-batches and a ``torch.optim.SGD`` become the model interface of
-:func:`~partialcoll.mlfabric.training.train` (``params``, ``gradient``, ``loss``) and its
-:class:`~partialcoll.mlfabric.optim.SGD`.
+:func:`~partialcoll.mlfabric.runtime.training.train` (``params``, ``gradient``, ``loss``) and its
+:class:`~partialcoll.mlfabric.runtime.optim.SGD`.
 
 What moves is one 1-D float64 buffer: the module's parameters flattened
 in ``module.parameters()`` order (:class:`ParamMap`).  A worker copies
@@ -11,7 +11,7 @@ copied in; at the end every rank's module gets the server's final model.
 
 The optimizer: momentum lives at the workers, so that an aggregate is
 exactly its members applied one by one
-(:mod:`partialcoll.mlfabric.optim`, the README's
+(:mod:`partialcoll.mlfabric.runtime.optim`, the README's
 MLfabric section).  A ``torch.optim.SGD`` maps onto it: ``lr`` is the
 server's step, ``momentum`` each worker's history, ``weight_decay`` is
 added to the gradient on the worker (as torch does, before momentum).
@@ -31,7 +31,7 @@ it without torch raises ImportError.
 import numpy as np
 import torch
 
-from ..mlfabric.optim import SGD
+from ..mlfabric.runtime.optim import SGD
 
 
 class ParamMap:
@@ -86,7 +86,7 @@ class ParamMap:
 
 
 def sgd_from_torch(optimizer, module=None):
-    """The mlfabric :class:`~partialcoll.mlfabric.optim.SGD` for a ``torch.optim.SGD`` (or
+    """The mlfabric :class:`~partialcoll.mlfabric.runtime.optim.SGD` for a ``torch.optim.SGD`` (or
     an mlfabric SGD, returned as is), and the weight decay to add to the
     gradients; raises TypeError / ValueError for what cannot be mapped.
 
@@ -152,7 +152,7 @@ def _check_owns(optimizer, module):
 
 
 class TorchModel:
-    """A torch module as :func:`~partialcoll.mlfabric.training.train`'s model.
+    """A torch module as :func:`~partialcoll.mlfabric.runtime.training.train`'s model.
 
     Args:
         module: the ``torch.nn.Module``.
@@ -220,16 +220,16 @@ class TorchModel:
 
 def train_torch(module, loss_fn, data, optimizer, comm=None,
                 mode="mlfabric", eval_data=None, **settings):
-    """:func:`~partialcoll.mlfabric.training.train` for a torch module; at the end the
+    """:func:`~partialcoll.mlfabric.runtime.training.train` for a torch module; at the end the
     server's final model is copied into ``module`` on every rank.
 
     Args:
         module, loss_fn, data, eval_data: see :class:`TorchModel`.
         optimizer: a ``torch.optim.SGD`` over exactly the module's
             trainable parameters (see :func:`sgd_from_torch` for what
-            maps and what is refused) or a :class:`~partialcoll.mlfabric.optim.SGD`.
-        comm, mode, settings: as for :func:`~partialcoll.mlfabric.training.train`.
-    Returns its :class:`~partialcoll.mlfabric.training.RunResult`.
+            maps and what is refused) or a :class:`~partialcoll.mlfabric.runtime.optim.SGD`.
+        comm, mode, settings: as for :func:`~partialcoll.mlfabric.runtime.training.train`.
+    Returns its :class:`~partialcoll.mlfabric.runtime.training.RunResult`.
 
     Example::
 
@@ -240,7 +240,7 @@ def train_torch(module, loss_fn, data, optimizer, comm=None,
                           aggregators=2, duration=5.0)
         res.losses[-1], res.invariants      # net now holds the model
     """
-    from ..mlfabric.training import train
+    from ..mlfabric.runtime.training import train
     sgd, decay = sgd_from_torch(optimizer, module)
     model = TorchModel(module, loss_fn, data, eval_data, decay)
     res = train(model, sgd, comm=comm, mode=mode, **settings)

@@ -5,7 +5,7 @@ the updates are summed by a ring allreduce (``pc.allreduce``,
 broadcast built here as one schedule (Tr-Sync), or, ``algorithm=
 "mlfabric"``, MLfabric's own allreduce (section 6: push to a root over a
 tree planned every iteration from the lagged link monitor, then get;
-:mod:`partialcoll.mlfabric.allreduce`), all on the emulated network.
+:mod:`partialcoll.mlfabric.runtime.allreduce`), all on the emulated network.
 The same workers as the parameter server (rank 0 and the replica
 rank sit out), the same model, optimizer and seeds.
 
@@ -23,11 +23,13 @@ iteration (they send zeros), so all stop together and every rank raises
 import numpy as np
 from mpi4py import MPI
 
-from ..core.checks import check_comm
-from ..core.schedule import Schedule
+from ...collectives.allreduce import allreduce
+from ...core.checks import check_comm
+from ...core.engine import now
+from ...core.schedule import Schedule
 from .allreduce import DynamicTreeAllreduce
 from .config import check_aggregators, check_run, check_seed
-from .roles import Roles, TrainingError, now
+from .roles import Roles, TrainingError
 from .training import check_same_model
 from .worker import check_gradient
 
@@ -142,9 +144,8 @@ class _Reducer:
     """One synchronous sum per iteration, by the chosen algorithm."""
 
     def __init__(self, sub, algorithm, n, tree_options):
-        import partialcoll as pc
         self.buf = np.zeros(n)
-        self.sub, self.algorithm, self.pc = sub, algorithm, pc
+        self.sub, self.algorithm = sub, algorithm
         self.tcomm = self.tree = self.dynamic = None
         self.shapes = set()
         if algorithm == "tree":
@@ -160,8 +161,8 @@ class _Reducer:
             self.dynamic(self.buf, ready=ready)
             self.shapes.add(self.dynamic.plan.shape())
         else:
-            self.buf[:] = self.pc.allreduce(self.buf, comm=self.sub,
-                                            algorithm="ring")
+            self.buf[:] = allreduce(self.buf, comm=self.sub,
+                                    algorithm="ring")
 
     def stats(self):
         if self.dynamic is None:

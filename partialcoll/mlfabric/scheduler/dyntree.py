@@ -3,7 +3,7 @@ a root over an aggregation tree built for the current links, then get the
 sum back from the root.  This module is the plan, pure (no MPI, no
 clock): :func:`plan_tree` turns the order the updates became ready and
 the link rates *as the monitor reports them* into the transfers
-(:class:`Hop`) that :mod:`partialcoll.mlfabric.allreduce` builds into one
+(:class:`Hop`) that :mod:`partialcoll.mlfabric.runtime.allreduce` builds into one
 schedule per rank.
 
 Per iteration, with root R, aggregators a_1..a_k (relays for the get)::

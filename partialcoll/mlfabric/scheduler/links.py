@@ -39,14 +39,17 @@ until the floor (its completion is the floor).
 import math
 from bisect import bisect_right
 
-from ..core import env
+from ...core import env
 
-try:        # the same loops in C (_linkops.c), bit for bit; optional
-    from . import _linkops as _c
-except ImportError:             # pragma: no cover - not built
-    _c = None
-if env.get(env.MLFABRIC_PURE_PYTHON) == "1":
-    _c = None
+#: The same loops in C (the extension ``_linkops``, csrc/mlfabric/), bit
+#: for bit; None when it is not built or PARTIALCOLL_MLFABRIC_PURE_PYTHON
+#: is "1" (the Python loops below are then used).
+native = None
+if env.get(env.MLFABRIC_PURE_PYTHON) != "1":
+    try:
+        from . import _linkops as native
+    except ImportError:             # pragma: no cover - not built
+        native = None
 
 INF = math.inf
 _TOL = 1e-9          # relative: a residual below cap * _TOL is none
@@ -98,9 +101,9 @@ class Timeline:
     def added(self, points, rates, sign=1.0):
         """A new timeline with a reservation added (``sign`` = 1) or
         removed (-1): ``rates[j]`` on [points[j], points[j+1])."""
-        if _c is None:
+        if native is None:
             return self._py_added(points, rates, sign)
-        return _c.added(self, points, rates, sign)
+        return native.added(self, points, rates, sign)
 
     def _py_added(self, points, rates, sign=1.0):
         if len(points) < 2 or points[-1] <= points[0]:
@@ -186,38 +189,7 @@ def _py_finish_time(a, b, start, size):
     """t_en (Fig. 4b): when ``size`` bytes started at ``start`` are through
     links ``a`` then ``b`` using all their common residual bandwidth; inf
     when the residual is zero from some time on."""
-    if size <= 0:
-        return start
-    ta, ua, ca = a.times, a.used, a.cap
-    tb, ub, cb = b.times, b.used, b.cap
-    ia = bisect_right(ta, start) - 1
-    ib = bisect_right(tb, start) - 1
-    if ia < 0:
-        ia = 0
-    if ib < 0:
-        ib = 0
-    na, nb, t, left = len(ta), len(tb), start, size
-    floor, dust = _tolerance(ca, cb), size * _TOL
-    while True:
-        ra, rb = ca - ua[ia], cb - ub[ib]
-        r = ra if ra < rb else rb
-        ea = ta[ia + 1] if ia + 1 < na else INF
-        eb = tb[ib + 1] if ib + 1 < nb else INF
-        e = ea if ea < eb else eb
-        if r > floor:
-            if r == INF:
-                return t
-            room = r * (e - t)
-            if room >= left - dust:
-                return min(t + left / r, e)
-            left -= room
-        elif e == INF:
-            return INF
-        t = e
-        if ea == e:
-            ia += 1
-        if eb == e:
-            ib += 1
+    return _py_fill(a, b, start, size, record=False)[0]
 
 
 def _py_latest_start(a, b, earliest, end, size):
@@ -238,10 +210,11 @@ def _py_latest_start(a, b, earliest, end, size):
     return None
 
 
-def _py_fill(a, b, start, size):
+def _py_fill(a, b, start, size, record=True):
     """(t_en, points, rates): the transfer's profile on the path, the
-    residual from ``start`` until its bytes are through (the loop of
-    ``finish_time()``, recording the rates)."""
+    residual from ``start`` until its bytes are through; ``record=False``
+    only finds t_en (points and rates stay empty).  C's ``walk()`` in
+    linkops.c performs the same operations in the same order."""
     if size <= 0:
         return start, [start, start], []
     ta, ua, ca = a.times, a.used, a.cap
@@ -264,7 +237,7 @@ def _py_fill(a, b, start, size):
         if r > floor:
             if r == INF:
                 return t, [t, t], []
-            if not rates or rates[-1] != r:
+            if record and (not rates or rates[-1] != r):
                 points.append(t)
                 rates.append(r)
             room = r * (e - t)
@@ -272,12 +245,13 @@ def _py_fill(a, b, start, size):
                 end = t + left / r
                 if end > e:
                     end = e
-                points.append(end)
+                if record:
+                    points.append(end)
                 return end, points, rates
             left -= room
         elif e == INF:
             return INF, [start, start], []
-        elif rates and rates[-1] != 0.0:
+        elif record and rates and rates[-1] != 0.0:
             points.append(t)
             rates.append(0.0)
         t = e
@@ -287,12 +261,12 @@ def _py_fill(a, b, start, size):
             ib += 1
 
 
-if _c is None:
+if native is None:
     finish_time, _fill = _py_finish_time, _py_fill
     latest_start = _py_latest_start
 else:
-    finish_time, _fill = _c.finish_time, _c.fill
-    latest_start = _c.latest_start
+    finish_time, _fill = native.finish_time, native.fill
+    latest_start = native.latest_start
 
 
 class Transfer:

@@ -33,7 +33,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..core.schedule import Schedule
+from ...core.engine import now
+from ...core.errors import WaitTimeout
+from ...core.schedule import Schedule
 from .execute import start_times
 from .program import Op, Program, programs
 
@@ -42,12 +44,6 @@ PULL_TAG = 1       # model pulls, server -> worker
 FIRST_TAG = 1000   # data tags: FIRST_TAG + a counter (mod TAG_SPAN)
 TAG_SPAN = 1 << 22
 IDLE = 0.001       # seconds a loop sleeps or waits when nothing is ready
-
-
-def now():
-    """The executor's clock (the same on every rank of a host)."""
-    import partialcoll
-    return partialcoll.now()
 
 
 class TrainingError(RuntimeError):
@@ -95,7 +91,7 @@ class Stats:
         #                               "relayed", "chained", "batches"
 
 
-def _ctl_messages(ctl):
+def ctl_messages(ctl):
     """Every control message waiting for this rank: [(source, message)]."""
     out, status = [], MPI.Status()
     while ctl.Iprobe(MPI.ANY_SOURCE, CTL, status):
@@ -104,7 +100,7 @@ def _ctl_messages(ctl):
     return out
 
 
-class _Applier:
+class Applier:
     """Commits arriving in batch runs, applied in plan order (the oldest
     run's gates first; a run's gates are chained) or, ``ordered=False``,
     whichever arrives first."""
@@ -152,7 +148,6 @@ class _Applier:
         return done
 
     def _drain(self, run, wait):
-        from partialcoll import WaitTimeout
         done = 0
         while run.opened < len(run.gates):
             try:
@@ -174,7 +169,10 @@ class _Applier:
         return not self.runs
 
 
-class _Tags:
+class DataTags:
+    """The server's data tags: FIRST_TAG + a counter, modulo TAG_SPAN (a
+    tag is reused only long after its message was taken)."""
+
     def __init__(self):
         self._count = itertools.count()
 

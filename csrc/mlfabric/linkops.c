@@ -1,11 +1,11 @@
-/* partialcoll.mlfabric._linkops: the hot loops of
- * partialcoll/mlfabric/links.py in C (t_en, a transfer's profile, the
- * latest start that meets a floor, adding a profile to a link's
- * reservation timeline), and Algorithm 3's trial cases
- * (_linkops_agg.c).
+/* partialcoll.mlfabric.scheduler._linkops: the hot loops of
+ * partialcoll/mlfabric/scheduler/links.py in C (t_en, a transfer's
+ * profile, the latest start that meets a floor, adding a profile to a
+ * link's reservation timeline), and Algorithm 3's trial cases
+ * (linkops_agg.c).
  *
  * Pure arithmetic on the Timeline objects' lists of floats: no MPI, and
- * nothing to do with the executor in csrc/.  Each function performs the
+ * nothing to do with the executor (the rest of csrc/).  Each function performs the
  * same floating-point operations in the same order as its Python twin in
  * links.py (_py_finish_time, _py_fill, _py_latest_start,
  * Timeline._py_added), so results are bit-identical;
@@ -17,7 +17,7 @@
  * of equal length, times increasing): used[i] is reserved on
  * [times[i], times[i+1]), the last segment runs to +inf.
  */
-#include "_linkops.h"
+#include "linkops.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -35,11 +35,12 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..core.checks import check_int
-from ..core.schedule import Schedule
+from ...core.checks import check_int
+from ...core.engine import now
+from ...core.schedule import Schedule
 from .config import check_aggregators, check_real, check_seed
-from .dyntree import PULL, PUSH, plan_tree
-from .monitor import LinkMonitor
+from ..scheduler.dyntree import PULL, PUSH, plan_tree
+from ..scheduler.monitor import LinkMonitor
 
 #: tags of consecutive calls alternate between two ranges (belt and braces:
 #: point 4 of the design already keeps calls apart)
@@ -118,12 +119,11 @@ class DynamicTreeAllreduce:
         ``READY_SLACK`` seconds in the future (``time.time()`` passed by
         mistake) is refused.  Every rank raises the same ValueError when
         any rank's ``buf`` or ``ready`` is wrong (design point 5)."""
-        import partialcoll as pc
         buf = np.asarray(buf)
         problem = None
         if not buf.flags.c_contiguous or not buf.flags.writeable:
             problem = "buf must be a writable contiguous array"
-        ready, late = _ready_time(ready, pc.now())
+        ready, late = _ready_time(ready, now())
         problem = problem or late
         if self.size == 1:
             if problem:
@@ -157,14 +157,14 @@ class DynamicTreeAllreduce:
     def _plan(self, notes, nbytes):
         c0 = time.thread_time()
         self._observe(notes)
-        now = max(note[0] for note in notes)
+        latest = max(note[0] for note in notes)
         order = sorted(range(self.size), key=lambda r: (notes[r][0], r))
         root = self.root if self.root is not None else \
             self._rng.randrange(self.size)
         aggs = self._draw(root)
-        out, inn = self.monitor.rates(now)
+        out, inn = self.monitor.rates(latest)
         base = 1 + (self.calls % 2) * TAG_RANGE
-        plan = plan_tree(order, out, inn, root, aggs, nbytes, now, base)
+        plan = plan_tree(order, out, inn, root, aggs, nbytes, latest, base)
         self.cpu.append(time.thread_time() - c0)
         return plan
 

@@ -80,7 +80,7 @@ def first_byte(transfer):
 
 
 def programs(plan, server, replica=None, tags=None):
-    """{rank: Program} for a :class:`~.scheduler.BatchPlan`.
+    """{rank: Program} for a :class:`~partialcoll.mlfabric.scheduler.batch.BatchPlan`.
 
     ``tags``: an iterator of fresh tags (default 0, 1, ...); the caller
     keeps them unique among messages in flight (the tag budget)."""

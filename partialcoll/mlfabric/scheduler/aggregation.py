@@ -217,11 +217,11 @@ class _Cases:
     def trial(self, n, bound, tie_ok, use_c=True):
         """Case n's cost, or inf once it cannot beat ``bound`` (nor tie it
         unless ``tie_ok``): in C when it is built, else in Python."""
-        if use_c and _links._c is not None:
+        if use_c and _links.native is not None:
             if self._c_args is None:
                 self._c_args = _TrialInputs(self)
             net, c = self.network(n), self._c_args
-            return _links._c.det_agg_trial(
+            return _links.native.det_agg_trial(
                 c.links(net), len(c.nodes), c.node, c.size, c.nb, n, c.aggs,
                 c.dst, net.now, self.start, self.T[n], bound, self.ordered,
                 tie_ok, c.suffix, c.capsum, c.fwd_rate, c.smallest)

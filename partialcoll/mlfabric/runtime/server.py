@@ -19,15 +19,16 @@ import collections
 
 import numpy as np
 
-from .monitor import LinkMonitor
-from .ordering import Update
-from .program import Op
+from ...core.engine import now
+from ..scheduler.batch import BatchPlan, Scheduler
+from ..scheduler.dyntree import choose_relays, plan_distribution, plan_relayed
+from ..scheduler.monitor import LinkMonitor
+from ..scheduler.ordering import Update
 from .execute import build
-from .roles import (CTL, Stats, _Applier, _ctl_messages, _Tags,
-                    async_programs, freed_if_done, idle, now, plan_programs,
+from .program import Op
+from .roles import (CTL, Applier, DataTags, Stats, async_programs,
+                    ctl_messages, freed_if_done, idle, plan_programs,
                     send_pull)
-from .dyntree import choose_relays, plan_distribution, plan_relayed
-from .scheduler import BatchPlan, Scheduler
 
 
 class Server:
@@ -43,8 +44,8 @@ class Server:
         self.last_version = {}                 # worker -> its last notice's
         self.stopped, self.stopping = set(), False
         self.failures, self.error = {}, None   # rank -> message; own
-        self.applier = _Applier(self._apply, ordered=cfg.mode != "async")
-        self.tags, self.iteration = _Tags(), []
+        self.applier = Applier(self._apply, ordered=cfg.mode != "async")
+        self.tags, self.iteration = DataTags(), []
         self.batches, self.t_reached = 0, None
         self.sched = self._scheduler() if cfg.mode != "async" else None
 
@@ -68,7 +69,7 @@ class Server:
         self.t0 = now()
         t_batch, t_eval = self.t0 + self.cfg.batch_interval, self.t0
         while True:
-            for src, msg in _ctl_messages(self.ctl):
+            for src, msg in ctl_messages(self.ctl):
                 self._message(src, msg)
             self._serve_pulls()
             busy = self.applier.step(IDLE_WAIT)
@@ -321,7 +322,7 @@ class Replica:
         self.cfg, self.opt, self.dcomm, self.ctl = cfg, optimizer, dcomm, ctl
         self.w = np.array(model.params, dtype=np.float64).reshape(-1)
         self.stats, self.version = Stats(), 0
-        self.applier = _Applier(self._apply)
+        self.applier = Applier(self._apply)
 
     def _apply(self, buf, members):
         self.opt.apply(self.w, buf)
@@ -332,7 +333,7 @@ class Replica:
     def run(self):
         finishing = False
         while not (finishing and self.applier.empty()):
-            for _, msg in _ctl_messages(self.ctl):
+            for _, msg in ctl_messages(self.ctl):
                 if msg[0] == "batch":
                     run = build(self.dcomm, msg[1], {}, self.w.size)
                     self.applier.add(run, msg[2])

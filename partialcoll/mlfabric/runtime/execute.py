@@ -17,7 +17,7 @@ API is used.
 """
 import numpy as np
 
-from ..core.schedule import Schedule
+from ...core.schedule import Schedule
 
 
 class BatchRun:

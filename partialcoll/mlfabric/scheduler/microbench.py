@@ -16,7 +16,7 @@ import numpy as np
 
 from .monitor import LinkMonitor
 from .ordering import Update
-from .scheduler import Scheduler
+from .batch import Scheduler
 
 FACTORS = (1.0, 2.5, 3.3, 5.0, 10.0)
 N1 = (0.0, 0.0, 0.0, 0.1, 0.9)

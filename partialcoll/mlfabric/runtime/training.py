@@ -6,10 +6,10 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-from ..core.checks import check_comm
+from ...core.checks import check_comm
 from .config import RunConfig
 from .optim import SGD
-from .roles import CTL, Roles, TrainingError, _ctl_messages
+from .roles import CTL, Roles, TrainingError, ctl_messages
 from .server import Replica, Server
 from .worker import Worker
 
@@ -135,7 +135,7 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
         result = _result(role, everyone, roles, cfg, wall) \
             if comm.rank == 0 else None
         ctl.Barrier()
-        _ctl_messages(ctl)               # reports that came after the end
+        ctl_messages(ctl)               # reports that came after the end
         result = ctl.bcast(result, root=0)
         if result.failures:
             raise TrainingError(result.failures) from \

@@ -1,5 +1,5 @@
-/* Shared by _linkops.c (the link model's loops) and _linkops_agg.c
- * (Algorithm 3's trial cases).  See _linkops.c for what they are. */
+/* Shared by linkops.c (the link model's loops) and linkops_agg.c
+ * (Algorithm 3's trial cases).  See linkops.c for what they are. */
 #ifndef MLFABRIC_LINKOPS_H
 #define MLFABRIC_LINKOPS_H
 

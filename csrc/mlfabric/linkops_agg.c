@@ -19,7 +19,7 @@
  *             is sure
  *   suffix[j][i], capsum[j], fwd_rate[j], smallest[i]   _RestBounds
  */
-#include "_linkops.h"
+#include "linkops.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -20,10 +20,10 @@ import collections
 
 import numpy as np
 
-from ..core.schedule import Schedule
+from ...core.engine import now
+from ...core.schedule import Schedule
 from .execute import build, link_report
-from .roles import (CTL, PULL_TAG, Stats, _ctl_messages, freed_if_done,
-                    idle, now)
+from .roles import CTL, PULL_TAG, Stats, ctl_messages, freed_if_done, idle
 
 
 #: a relay's forwards leave ahead of its updates' sends (priority offset)
@@ -70,7 +70,7 @@ class Worker:
         self._start_compute()
         while not (self.finishing and self.phase is None and not self.runs
                    and not self.forwards):
-            for _, msg in _ctl_messages(self.ctl):
+            for _, msg in ctl_messages(self.ctl):
                 self._message(msg)
             busy = self._advance()
             self._reap()
