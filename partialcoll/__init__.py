@@ -23,7 +23,8 @@ from .core.errors import (DeviceError, PartialcollError,  # noqa: E402
                           ScheduleFreedError, ThreadLevelError,
                           TransportError, WaitTimeout)
 from .core.ops import OPS as _OPS, Op, as_op  # noqa: E402
-from .core.schedule import ALL, ANY, Request, Schedule, Slot  # noqa: E402
+from .core.request import Request  # noqa: E402
+from .core.schedule import ALL, ANY, Schedule, Slot  # noqa: E402
 from .core.devices import gpu_path, set_gpu_path  # noqa: E402
 from .core.engine import (engine_stats, now,  # noqa: E402
                           progress_thread_cputime, set_send_cap)
@@ -36,10 +37,10 @@ from .collectives.allreduce import allreduce, iallreduce  # noqa: E402
 from .collectives.staging import Compression  # noqa: E402
 from .collectives.partial import (MajorityAllreduce,  # noqa: E402
                                   PartialAllreduce, PartialResult,
-                                  QuorumAllreduce, SoloAllreduce)
-from .collectives.forms import (close_partials, flush_partials,  # noqa: E402
-                                majority_allreduce, partials,
-                                quorum_allreduce, solo_allreduce)
+                                  QuorumAllreduce, SoloAllreduce,
+                                  close_partials, flush_partials,
+                                  majority_allreduce, partials,
+                                  quorum_allreduce, solo_allreduce)
 from .rps import RPSAverage, RPSRound  # noqa: E402
 from .loadbalance.allreduce import LoadBalancedAllreduce  # noqa: E402
 from . import rps  # noqa: E402

@@ -9,7 +9,7 @@ import pytest
 from mpi4py import MPI
 
 import partialcoll as pc
-from partialcoll.collectives import allreduce as ar_module
+from partialcoll.collectives import pool as pool_module
 
 pytestmark = pytest.mark.mpi
 COMM = MPI.COMM_WORLD
@@ -49,20 +49,19 @@ def test_pool_stays_bounded_over_1000_distinct_sizes():
         if n % 2:
             assert pc.iallreduce(np.ones(n)).wait()[0] == P
     grown = rss_kib() - before
-    count, nbytes = ar_module.pool_size()
-    assert count <= ar_module.POOL_SCHEDULES
-    assert nbytes <= ar_module.pool_budget()
+    count, nbytes = pool_module.pool_size()
+    assert count <= pool_module.POOL_SCHEDULES
+    assert nbytes <= pool_module.pool_budget()
     assert grown < 3 * 1024, f"RSS grew by {grown} KiB over 800 sizes"
 
 
 def test_pool_trims_to_the_byte_budget(monkeypatch):
-    monkeypatch.setitem(ar_module._settings, ar_module.env.ALLREDUCE_POOL_BYTES,
-                        64 * 1024)
+    monkeypatch.setattr(pool_module, "pool_budget", lambda: 64 * 1024)
     for n in (3000, 3001, 3002, 3003, 3004):          # 24 KiB temp each
         pc.allreduce(np.ones(n))
-    assert ar_module.pool_size()[1] <= 64 * 1024
+    assert pool_module.pool_size()[1] <= 64 * 1024
     pc.allreduce(np.ones(20000))      # alone over budget: the newest stays
-    assert ar_module.pool_size()[0] == (1 if P > 1 else 0)
+    assert pool_module.pool_size()[0] == (1 if P > 1 else 0)
 
 
 @pytest.mark.max_ranks(4)

@@ -16,7 +16,7 @@ from mpi4py import MPI
 
 import partialcoll as pc
 from partialcoll.core import devices, kernels
-from partialcoll.collectives.allreduce import ALGORITHMS
+from partialcoll.collectives.algorithm import ALGORITHMS
 from partialcoll.core.ops import OPS
 
 # Framework wrappers over the collectives: their subject does not depend on
@@ -203,7 +203,7 @@ def test_partial_device_exactly_once(dev, path, name, cls, kw):
         res = ar(dev.to(x))
         assert dev.is_device(res.data) and res.data.shape == (4, 5)
         got += dev.host(res.data)
-    st = ar._rounds._sched.device_stats
+    st = ar._rounds.sched.device_stats
     got += dev.host(ar.close().data)
     total = np.empty_like(mine)
     COMM.Allreduce(mine, total)

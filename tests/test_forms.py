@@ -12,7 +12,7 @@ from mpi4py import MPI
 
 import partialcoll as pc
 from partialcoll.core import libcomm
-from partialcoll.collectives import forms as forms_module
+from partialcoll.collectives.partial import forms as forms_module
 
 pytestmark = pytest.mark.mpi
 COMM = MPI.COMM_WORLD

@@ -104,7 +104,7 @@ def test_solo_keeps_going_while_one_rank_stalls():
 def test_majority_waits_for_its_initiator():
     if P < 2:
         pytest.skip("needs two ranks")
-    from partialcoll.collectives.partial import _designated
+    from partialcoll.collectives.partial import designated as _designated
     ar = pc.MajorityAllreduce(np.zeros(4), seed=3)
     d = _designated(3, 0, P)
     COMM.Barrier()
@@ -208,8 +208,8 @@ def test_synchronous_round_returns_that_round_only():
     ar = pc.SoloAllreduce(np.zeros(1, np.int64), sync_every=2)
     if RANK == P - 1:               # slow to collect its results
         r = ar._rounds
-        take = r._take
-        r._take = lambda seq, **kw: (time.sleep(0.2), take(seq, **kw))[1]
+        take = r.take
+        r.take = lambda seq, **kw: (time.sleep(0.2), take(seq, **kw))[1]
     first = ar(np.ones(1, np.int64))
     res = ar(np.ones(1, np.int64))  # the synchronous round
     if RANK == 0:

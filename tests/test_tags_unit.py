@@ -2,8 +2,8 @@
 import pytest
 
 from partialcoll import ScheduleError
-from partialcoll.core.libcomm import TagSpace
-from partialcoll.collectives._rounds import tag_block_size
+from partialcoll.core.tags import TagSpace
+from partialcoll.collectives.partial import tag_block_size
 
 
 def test_blocks_are_disjoint_reused_and_below_the_one_shot_region():

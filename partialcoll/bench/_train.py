@@ -19,7 +19,7 @@ import time
 
 from mpi4py import MPI
 
-from ..collectives.partial import _designated as draw_rank
+from ..collectives.partial import designated as draw_rank
 from ._common import progress, pyplot, save_plot
 
 

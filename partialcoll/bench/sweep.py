@@ -18,6 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 import partialcoll as pc
+from ..collectives.algorithm import choose_algorithm
 
 from ._common import (Buffers, add_device_arg, across_ranks, byte_size, cli,
                       emit, fmt_size, listed, parse_size, progress, whole,
@@ -88,7 +89,7 @@ def run(args, comm=MPI.COMM_WORLD):
         m_pc = across_ranks(statistics.median(times[1]) * 1e6, comm)
         m_nccl = across_ranks(statistics.median(times[2]) * 1e6, comm) \
             if nccl else (float("nan"),) * 3
-        algo = pc.collectives.allreduce.choose_algorithm(
+        algo = choose_algorithm(
             x.nbytes, x.size, comm.size, args.algorithm)
         rows.append({"bytes": x.nbytes, "size": fmt_size(x.nbytes),
                      "ranks": comm.size, "algorithm": algo,

@@ -14,7 +14,7 @@ import numbers
 
 from mpi4py import MPI
 
-from ..core import libcomm
+from ..core import control, libcomm
 from ..core.errors import ScheduleError
 from ..core.checks import check_comm
 
@@ -50,7 +50,7 @@ def agree(ctl, what, root_rank, mine=None, error=None):
     error)``; raise the same ScheduleError on every rank when a rank
     reported an ``error`` or the roots differ or are not ranks.  Returns
     the list of every rank's ``mine`` (the caller compares them)."""
-    libcomm.arrive(ctl)                    # no busy-poll for a slow rank
+    control.arrive(ctl)                    # no busy-poll for a slow rank
     everyone = ctl.allgather((root_rank, mine, error))
     errors = [(r, e) for r, (_, _, e) in enumerate(everyone) if e]
     if errors:

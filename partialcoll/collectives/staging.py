@@ -34,6 +34,7 @@ from ..core import arrays, devices
 from ..core.arrays import ARRAY, FLOAT16, FLOAT32, is_half
 from ..core.errors import ScheduleError
 from ..core.ops import as_op
+from ..core.request import Request
 
 
 class Compression:
@@ -152,7 +153,7 @@ def _from_wire(wire_data, dtype, out):
         out[...] = wire_data                     # float16 -> wider: exact
 
 
-class CallRequest:
+class CallRequest(Request):
     """The request of a :class:`Call`: once complete, ``wait()``/``test()``
     finish it (once: the 16-bit rounding, or widening from the wire) and
     ``wait()`` returns the caller's result."""

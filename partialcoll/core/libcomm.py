@@ -13,7 +13,8 @@ user's communicator:
 * ``comm``: a duplicate for executor traffic (the schedules' sends and
   receives).  Collectives on it are kept apart by tags (:class:`TagSpace`).
 * ``ctl``: a duplicate for the library's own mpi4py collectives
-  (consistency checks, flush, close), so they never match the user's.
+  (consistency checks, flush, close: :mod:`.control`), so they never
+  match the user's.
 * ``cache``: state that higher modules keep per communicator.
 
 Lifetime: reference counted.  The attribute on the user's communicator holds
@@ -32,12 +33,11 @@ communicator is freed, when a library communicator goes, and at exit.
 import atexit
 import logging
 import threading
-import time
 
 from mpi4py import MPI
 
 from .. import _core
-from .errors import ScheduleError
+from .tags import TagSpace
 
 log = logging.getLogger("partialcoll")
 
@@ -132,76 +132,6 @@ class LibraryComm:
         return self.tags.one_shot(ntags)
 
 
-class TagSpace:
-    """The tags of one executor communicator, 0 .. MPI_TAG_UB - 1 (the
-    executor keeps MPI_TAG_UB for its control channel).
-
-    * The lower three quarters hold blocks for persistent objects: first
-      fit, given back at close().  Exhausting them raises ScheduleError
-      with the numbers (see the README's tag budget).
-    * The upper quarter rotates among one-shot calls (allreduce): each call
-      takes the block after the previous call's, wrapping around.
-
-    Blocks are taken and given back inside collective calls, in the same
-    order on every rank, so every rank hands out the same tags.
-    """
-
-    def __init__(self, tag_ub, size):
-        total = tag_ub                  # MPI_TAG_UB itself is reserved
-        self.tag_ub, self.size = tag_ub, size
-        self.one_shot_lo = total - total // 4
-        self._free = [[0, self.one_shot_lo]]     # sorted [start, end)
-        self._next = self.one_shot_lo
-        self.held = 0           # tags held by persistent objects
-        self.blocks = 0         # blocks held
-
-    def block(self, ntags, what="partial collective object"):
-        """The first tag of a free block of ``ntags`` tags (first fit)."""
-        for ext in self._free:
-            if ext[1] - ext[0] >= ntags:
-                base = ext[0]
-                ext[0] += ntags
-                if ext[0] == ext[1]:
-                    self._free.remove(ext)
-                self.held += ntags
-                self.blocks += 1
-                return base
-        raise ScheduleError(
-            f"out of MPI tags on this communicator: {self.blocks} open "
-            f"objects hold {self.held} of the {self.one_shot_lo} tags set "
-            f"aside for persistent objects (three quarters of MPI_TAG_UB "
-            f"= {self.tag_ub}), and a {what} at P = {self.size} needs "
-            f"{ntags}; close() objects you no longer use")
-
-    def give_back(self, base, ntags):
-        """Return a block taken with :meth:`block`."""
-        self.held -= ntags
-        self.blocks -= 1
-        end = base + ntags
-        free = self._free
-        i = 0
-        while i < len(free) and free[i][0] < base:
-            i += 1
-        free.insert(i, [base, end])
-        if i + 1 < len(free) and free[i + 1][0] == end:     # merge right
-            free[i][1] = free.pop(i + 1)[1]
-        if i > 0 and free[i - 1][1] == base:                 # merge left
-            free[i - 1][1] = free.pop(i)[1]
-
-    def one_shot(self, ntags):
-        """The first tag of the next rotating block of ``ntags`` tags."""
-        top = self.tag_ub               # exclusive: MPI_TAG_UB is reserved
-        if ntags > top - self.one_shot_lo:
-            raise ScheduleError(
-                f"a one-shot collective at P = {self.size} needs {ntags} "
-                f"tags, more than the {top - self.one_shot_lo} kept for them "
-                f"(a quarter of MPI_TAG_UB = {top})")
-        if self._next + ntags > top:
-            self._next = self.one_shot_lo
-        base, self._next = self._next, self._next + ntags
-        return base
-
-
 def _user_comm_freed(comm, keyval, lc):
     """Delete callback of the attribute: runs inside the user's collective
     MPI_Comm_free, on every rank.  Never raises (MPI would fail the free)."""
@@ -242,18 +172,6 @@ def library_comm(comm):
     return lc
 
 
-def world_ranks(comm):
-    """[the MPI_COMM_WORLD rank of each rank of ``comm``] (the emulated
-    network and the timelines number ranks in MPI_COMM_WORLD)."""
-    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
-    try:
-        return list(MPI.Group.Translate_ranks(
-            group, list(range(comm.Get_size())), world))
-    finally:
-        group.Free()
-        world.Free()
-
-
 def find(comm):
     """The :class:`LibraryComm` of ``comm`` if it has one, else None (never
     collective)."""
@@ -273,51 +191,6 @@ def live():
 def live_duplicates():
     """How many duplicate communicators partialcoll holds now."""
     return len(_owned)
-
-
-def arrive(comm):
-    """Wait, sleeping (:func:`wait_for`), until every rank of ``comm`` has
-    arrived: an Ibarrier.  A blocking mpi4py collective right after it
-    finds every rank there.  Without it, ranks that come early busy-poll
-    inside MPICH; with more ranks than cores that took the CPU from the
-    slow rank and from the progress threads, and a P = 5 test suite on two
-    cores stalled for tens of seconds (bench/RESULTS.md)."""
-    wait_for(comm.Ibarrier(), longest=0.001)
-
-
-def disagreements(comm, mine):
-    """Allgather the dict ``mine`` (collective).  Returns (everyone, the
-    keys whose values are not the same on every rank)."""
-    arrive(comm)
-    everyone = comm.allgather(mine)
-    bad = [k for k in mine if any(d.get(k) != mine[k] for d in everyone)]
-    return everyone, bad
-
-
-def require_same(lc, what, mine):
-    """Collective over lc.ctl: raise the same ScheduleError on every rank
-    unless ``mine`` (a dict of creation arguments) is equal everywhere."""
-    everyone, bad = disagreements(lc.ctl, mine)
-    if bad:
-        raise ScheduleError(f"{what} created with different arguments on "
-                            f"different ranks (" + "; ".join(
-                                per_rank(everyone, k) for k in bad) + ")")
-
-
-def per_rank(everyone, key):
-    """'key: rank 0=..., rank 1=...' for an error message."""
-    return f"{key}: " + ", ".join(f"rank {r}={d.get(key)!r}"
-                                  for r, d in enumerate(everyone))
-
-
-def wait_for(req, longest=0.002):
-    """Wait for an mpi4py request with Test() and a sleeping back-off (from
-    20 us, doubling, up to ``longest`` s): never a busy wait, for control
-    collectives that may wait long for a slow rank."""
-    delay = 20e-6
-    while not req.Test():
-        time.sleep(delay)
-        delay = min(2 * delay, longest)
 
 
 def _dup(comm):

@@ -13,8 +13,17 @@ from .errors import ScheduleError
 _C = _core.constants()
 
 
+#: the NumPy (and CuPy) ufunc of each op, for reductions done in Python
+UFUNCS = {"SUM": "add", "PROD": "multiply", "MIN": "minimum",
+          "MAX": "maximum", "LAND": "logical_and", "LOR": "logical_or",
+          "LXOR": "logical_xor", "BAND": "bitwise_and",
+          "BOR": "bitwise_or", "BXOR": "bitwise_xor"}
+
+
 class Op:
-    """A reduction operator of the executor (``dst = dst op src``)."""
+    """A reduction operator of the executor (``dst = dst op src``): its
+    code in the C core, the dtypes it is defined for, its identity
+    element, its ufunc and its MPI twin."""
 
     __slots__ = ("name", "code", "dtypes")
 
@@ -27,6 +36,16 @@ class Op:
 
     def __reduce__(self):
         return (_by_name, (self.name,))
+
+    def ufunc(self, xp=np):
+        """The op as a ufunc of the array namespace ``xp`` (NumPy, or
+        CuPy for device arrays): ``op.ufunc()(a, b, out=a)``."""
+        return getattr(xp, UFUNCS[self.name])
+
+    @property
+    def mpi(self):
+        """The mpi4py ``MPI.Op`` of the same reduction."""
+        return getattr(MPI, self.name)
 
     def identity(self, dtype):
         """The identity element of this op for ``dtype`` (a NumPy scalar)."""

@@ -47,13 +47,14 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _core
-from . import devices, libcomm
+from . import descriptors, devices, libcomm
 from .errors import ScheduleError, ScheduleFreedError
 from .checks import check_comm, require_thread_multiple
 from .ops import OPS, as_op, check_op_dtype, dtype_code
-from .slots import (DEVICE, HOST, OUTCOMES, BufRef, RoundOutcomes, Slot,  # noqa: F401
-                    _DataLock, _nanoseconds, _param, _priority, _ref,
-                    _wait_seconds, _whole)
+from .request import RoundRequest
+from .slots import (DEVICE, HOST, BufRef, DataLock, RoundOutcomes, Slot,
+                    as_ref, nanoseconds, op_param, op_priority, wait_seconds,
+                    whole)
 
 SUM = OPS["SUM"]
 
@@ -66,24 +67,8 @@ _LIVE = weakref.WeakSet()          # every committed schedule, freed at exit
 def _address(peer, tag, traffic_class):
     """A send's or receive's peer, tag and traffic class, checked (the peer
     against the communicator's size when the schedule is committed)."""
-    return (_whole(peer, "peer"), _whole(tag, "tag"),
-            _whole(traffic_class, "traffic_class", 0, _C["NCLASS"] - 1))
-
-
-class Request:
-    """One posted round of a non-persistent schedule (``test``/``wait``)."""
-
-    def __init__(self, sched, round_count, result=None):
-        self._sched, self._upto, self._result = sched, round_count, result
-
-    def test(self):
-        """True when the round completed (raises if it failed)."""
-        return self._sched._core_sched().test(self._upto)
-
-    def wait(self, timeout=None):
-        """Block (GIL released) until the round completed; return its result."""
-        self._sched._core_sched().wait(self._upto, _wait_seconds(timeout))
-        return self._result() if callable(self._result) else self._result
+    return (whole(peer, "peer"), whole(tag, "tag"),
+            whole(traffic_class, "traffic_class", 0, _C["NCLASS"] - 1))
 
 
 class Schedule:
@@ -202,7 +187,7 @@ class Schedule:
         if kind == _C["REDUCE"] and a.slot.space != b.slot.space:
             raise ScheduleError(f"a reduction cannot mix host and device "
                                 f"buffers ({a} and {b})")
-        priority, prio_param = _priority(self.priority if priority is None
+        priority, prio_param = op_priority(self.priority if priority is None
                                          else priority)
         for ref in (a, b, extra.get("param"), prio_param):
             if ref is not None and (ref.slot.index >= len(self._slots) or
@@ -246,9 +231,9 @@ class Schedule:
         ``peer`` in the round (a counter gate; number them 0..n-1 per peer).
         ``traffic_class`` picks the emulated network's drop probability
         (:mod:`partialcoll.transport.network`)."""
-        a = None if stamped else _ref(buf)
+        a = None if stamped else as_ref(buf)
         peer, tag, traffic_class = _address(peer, tag, traffic_class)
-        order, param = _param(order, np.int64, "order")
+        order, param = op_param(order, np.int64, "order")
         if stamped and (order >= 0 or param is not None):
             raise ScheduleError("a stamped send cannot have an order")
         if a is not None and a.slot.device and self._path == "staged":
@@ -272,7 +257,7 @@ class Schedule:
         that depends directly on a receive that was not delivered does
         nothing.  A message that arrives after its receive timed out is
         discarded (``stats["late"]``), never taken by a later round."""
-        a = None if stamped else _ref(buf)
+        a = None if stamped else as_ref(buf)
         peer, tag, traffic_class = _address(peer, tag, traffic_class)
         if stamped and after:
             raise ScheduleError("a stamped receive cannot have dependencies")
@@ -280,7 +265,7 @@ class Schedule:
             raise ScheduleError("a stamped receive cannot time out")
         if a is not None and not a.slot.writable:
             raise ScheduleError(f"receive buffer {a} is read-only")
-        t = -1 if timeout is None else _nanoseconds(timeout, "timeout")
+        t = -1 if timeout is None else nanoseconds(timeout, "timeout")
         if a is not None and a.slot.device and self._path == "staged":
             return self._staged(a, False, peer, tag, after, mode, optional,
                                 priority, timeout=t, tclass=traffic_class)
@@ -295,7 +280,7 @@ class Schedule:
         compute.  ``seconds`` is a number, or a one-element float64
         ``slot[i:i+1]`` read when the op becomes ready (a different length
         each round)."""
-        value, param = _param(seconds, np.float64, "seconds")
+        value, param = op_param(seconds, np.float64, "seconds")
         return self._add(_C["DELAY"], after, mode, optional, need=need,
                          value=value, param=param, delivered=delivered,
                          priority=priority)
@@ -307,7 +292,7 @@ class Schedule:
         at once if that time has passed.  ``when``: a number or a
         one-element float64 ``slot[i:i+1]`` read when the op becomes
         ready."""
-        value, param = _param(when, np.float64, "when")
+        value, param = op_param(when, np.float64, "when")
         return self._add(_C["START_AT"], after, mode, optional, need=need,
                          value=value, param=param, delivered=delivered,
                          priority=priority)
@@ -327,7 +312,7 @@ class Schedule:
         """``buf /= (delivered inputs of op count_of this round + add)``:
         averaging over the messages that arrived (float and complex
         buffers).  Does nothing when the divisor is 0."""
-        a = _ref(buf)
+        a = as_ref(buf)
         if a.slot.dtype.kind not in "fc":
             raise ScheduleError(f"scale needs a float or complex buffer, {a} "
                                 f"is {a.slot.dtype}")
@@ -378,7 +363,7 @@ class Schedule:
                need=None, locked=False):
         """``dst = dst op src`` elementwise, on the executing thread."""
         op = as_op(op)
-        dst, src = _ref(dst), _ref(src)
+        dst, src = as_ref(dst), as_ref(src)
         check_op_dtype(op, dst.slot.dtype)
         if not dst.slot.writable:
             raise ScheduleError(f"reduction target {dst} is read-only")
@@ -392,7 +377,7 @@ class Schedule:
     def copy(self, dst, src, *, after=(), mode=ALL, optional=False, need=None,
              locked=False):
         """``dst = src``."""
-        dst, src = _ref(dst), _ref(src)
+        dst, src = as_ref(dst), as_ref(src)
         if not dst.slot.writable:
             raise ScheduleError(f"copy target {dst} is read-only")
         return self._add(_C["COPY"], after, mode, optional, a=dst, b=src,
@@ -407,63 +392,18 @@ class Schedule:
         return len(self._ops)
 
     # -- commit / bind / post -------------------------------------------
-    def _descriptors(self):
-        desc = np.zeros((len(self._ops), _C["DESC_LEN"]), dtype=np.int64)
-        desc[:, [_C["D_TIMEOUT"], _C["D_ORDER"], _C["D_PSLOT"], _C["D_REF"],
-                 _C["D_ASLOT"], _C["D_BSLOT"], _C["D_PRSLOT"]]] = -1
-        deps = []
-        for i, o in enumerate(self._ops):
-            row = desc[i]
-            a, b = o["a"], o["b"]
-            row[_C["D_KIND"]], row[_C["D_MODE"]] = o["kind"], o["mode"]
-            row[_C["D_FLAGS"]] = (
-                (_C["F_OPTIONAL"] if o["optional"] else 0) |
-                (_C["F_STAMPED"] if o["stamped"] else 0) |
-                (_C["F_LOCKED"] if o["locked"] else 0) |
-                (_C["F_DELIVERED"] if o["delivered"] else 0))
-            if a is not None:
-                item = a.slot.dtype.itemsize
-                row[_C["D_ASLOT"]], row[_C["D_AOFF"]] = a.slot.index, \
-                    a.start * item
-                row[_C["D_COUNT"]] = a.count
-                row[_C["D_DTYPE"]] = dtype_code(a.slot.dtype)
-            if b is not None:
-                row[_C["D_BSLOT"]] = b.slot.index
-                row[_C["D_BOFF"]] = b.start * b.slot.dtype.itemsize
-            row[_C["D_REDOP"]] = o["op"].code if o["op"] else 0
-            row[_C["D_PEER"]] = o["peer"]
-            row[_C["D_TAG"]] = o["tag"] if o["peer"] >= 0 else 0
-            row[_C["D_PRIO"]] = o["priority"]
-            row[_C["D_NDEPS"]], row[_C["D_DEPOFF"]] = len(o["deps"]), len(deps)
-            row[_C["D_NEED"]] = o["need"]
-            row[_C["D_TIMEOUT"]] = o.get("timeout", -1)
-            row[_C["D_TCLASS"]] = o.get("tclass", 0)
-            row[_C["D_ORDER"]] = o.get("order", -1)
-            row[_C["D_VALUE"]] = o.get("value", 0)
-            param = o.get("param")
-            if param is not None:
-                row[_C["D_PSLOT"]] = param.slot.index
-                row[_C["D_POFF"]] = param.start * param.slot.dtype.itemsize
-            prio = o["prio_param"]
-            if prio is not None:
-                row[_C["D_PRSLOT"]] = prio.slot.index
-                row[_C["D_PROFF"]] = prio.start * prio.slot.dtype.itemsize
-            row[_C["D_REF"]] = o.get("ref", -1)
-            row[_C["D_ADD"]] = o.get("add", 0)
-            deps.extend(o["deps"])
-        return desc.tobytes(), np.asarray(deps, dtype=np.int64).tobytes()
-
     def commit(self):
         """Validate the graph and hand it to the C core (done by post())."""
         if self._sched is not None:
             return self
         self._check_building()
-        desc, deps = self._descriptors()
+        desc, deps = descriptors.pack(self._ops)
         self._sched = _core.Sched(desc, deps, len(self._slots),
                                   MPI._addressof(self.comm), self.persistent,
                                   self.comm, self.stamp_id)
         if self.reliable:
             self._sched.set_reliable(True)
+        self._lock = DataLock(self._sched)
         _LIVE.add(self)
         be = self._backend
         if be is not None:
@@ -477,12 +417,15 @@ class Schedule:
             self.bind(self._slots[index], arr)
         return self
 
-    def bind(self, slot, array):
-        """Bind ``array`` (C-contiguous, right dtype and size) to ``slot``."""
+    def bind(self, slot, array, keep=True):
+        """Bind ``array`` (C-contiguous, right dtype and size) to ``slot``.
+        ``keep=False``: the schedule keeps no reference to a device array
+        (it holds its address only; the caller keeps it alive until the
+        round is over)."""
         slot = slot if isinstance(slot, Slot) else self._slots[slot]
         backend = devices.backend_of(array)
         if slot.device or backend is not None:
-            return self._bind_device(slot, array, backend)
+            return self._bind_device(slot, array, backend, keep)
         arr = array if isinstance(array, np.ndarray) else np.asarray(array)
         if arr.dtype != slot.dtype or arr.size < slot.size:
             raise ScheduleError(f"{slot} cannot take a {arr.dtype}[{arr.size}] "
@@ -491,7 +434,8 @@ class Schedule:
             raise ScheduleError(f"{slot} is written to but the buffer is "
                                 "read-only")
         self.commit()._core_sched().bind(slot.index, arr, slot.writable)
-        self._arrays[slot.index] = array
+        if keep:
+            self._arrays[slot.index] = array
 
     def unbind(self, slot):
         """Forget the array bound to ``slot`` (between rounds), so the
@@ -500,7 +444,7 @@ class Schedule:
         self._core_sched().unbind(slot.index)
         self._arrays.pop(slot.index, None)
 
-    def _bind_device(self, slot, array, backend):
+    def _bind_device(self, slot, array, backend, keep=True):
         if not slot.device:
             raise ScheduleError(f"{slot} is host memory; got a device array")
         if backend is not self._backend or \
@@ -513,7 +457,31 @@ class Schedule:
                                 "buffer")
         self.commit()._core_sched().bind_ptr(slot.index, backend.ptr(arr),
                                              arr.nbytes, slot.writable, DEVICE)
-        self._arrays[slot.index] = array
+        if keep:
+            self._arrays[slot.index] = array
+
+    def set_tag_base(self, base):
+        """Offset the tag of every message that is not round-stamped by
+        ``base`` in the rounds posted from now on (call it between
+        rounds): one committed schedule then serves calls that each take a
+        fresh block of tags (the library's one-shot collectives)."""
+        self.commit()._core_sched().set_tag_base(whole(base, "tag base"))
+
+    def run(self, first, second, tag_base=0):
+        """One round of a non-persistent schedule with host array
+        ``first`` bound to slot 0 and ``second`` to slot 1, its tags offset
+        by ``tag_base``: bind, post, wait and give both buffers back, in
+        one call into the C core (the library's blocking allreduce, whose
+        slots 0 and 1 are its input and output)."""
+        self.commit()._core_sched().run(first, second,
+                                        whole(tag_base, "tag base"))
+
+    def runner(self):
+        """:meth:`run` as a bare callable ``run(first, second, tag_base)``
+        of the committed schedule, for a hot path that has checked its
+        arguments once (it skips :meth:`run`'s checks in Python; the C
+        core still refuses a busy schedule and buffers that do not fit)."""
+        return self.commit()._core_sched().run
 
     def post(self):
         """Start one round (or, for a persistent schedule, the endless series
@@ -523,22 +491,22 @@ class Schedule:
         core = self.commit()._core_sched()
         if self._backend is not None:
             self._backend.wait_for_caller(self._stream)
-        return Request(self, core.post())
+        return RoundRequest(self, core.post())
 
     def fire(self, trigger, round=None):
         """Fire a trigger op: banked when ``round`` is None, else only for
         that round (discarded if the round is over)."""
         self._core_sched().fire(
             int(trigger), -1 if round is None else
-            _whole(round, "round", 0, 2**63 - 1))
+            whole(round, "round", 0, 2**63 - 1))
 
     def wait(self, round=None, timeout=None):
         """Wait until round number ``round`` (0-based) has completed; the
         default is the last posted round.  Returns the rounds completed."""
         s = self._core_sched()
         upto = s.posted if round is None else \
-            _whole(round, "round", 0, 2**63 - 2) + 1
-        return s.wait(upto, _wait_seconds(timeout))
+            whole(round, "round", 0, 2**63 - 2) + 1
+        return s.wait(upto, wait_seconds(timeout))
 
     def test(self, round=None):
         s = self._core_sched()
@@ -546,10 +514,11 @@ class Schedule:
 
     def data_lock(self):
         """Context manager holding the data lock that ``locked`` ops take."""
-        return _DataLock(self._core_sched())
+        self._core_sched()
+        return self._lock
 
     def outcomes(self):
-        """A :class:`~partialcoll.core.schedule.RoundOutcomes` for the last
+        """A :class:`~partialcoll.core.slots.RoundOutcomes` for the last
         completed round."""
         rnd, oc, nok, t, t_arrive, t_wire = self._core_sched().outcomes()
         return RoundOutcomes(rnd, np.frombuffer(oc, np.uint8),
@@ -561,7 +530,7 @@ class Schedule:
     def wait_gate(self, timeout=None):
         """Block (GIL released, no polling) until a :meth:`gate` op of this
         schedule is ready; returns ``(op, round)``.  Raises WaitTimeout."""
-        return self._core_sched().wait_gate(_wait_seconds(timeout))
+        return self._core_sched().wait_gate(wait_seconds(timeout))
 
     def open_gate(self, op, round):
         """Complete gate op ``op`` of round ``round`` (from wait_gate)."""
@@ -583,6 +552,25 @@ class Schedule:
     def rounds(self):
         """Number of rounds completed so far (monotonic)."""
         return self._core_sched().done
+
+    @property
+    def posted(self):
+        """How many rounds were posted so far (1 for a persistent
+        schedule)."""
+        return self._core_sched().posted
+
+    @property
+    def idle(self):
+        """True when every posted round has completed (it may be bound and
+        posted again)."""
+        core = self._core_sched()
+        return core.posted == core.done
+
+    @property
+    def busy(self):
+        """True while a round is in flight or about to start (the progress
+        thread is given one sweep first)."""
+        return self._core_sched().busy
 
     @property
     def stats(self):

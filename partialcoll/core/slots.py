@@ -1,5 +1,5 @@
-"""Buffer slots and op parameters of a schedule (partialcoll.schedule uses
-them; the public names are re-exported there)."""
+"""Buffer slots, op parameters and round outcomes of a schedule, and the
+checks of the values ops take (:mod:`.schedule` builds on them)."""
 import numpy as np
 
 from .. import _core
@@ -46,7 +46,8 @@ class BufRef:
         return f"{self.slot.name}[{self.start}:{self.start + self.count}]"
 
 
-def _ref(buf):
+def as_ref(buf):
+    """``buf`` (a Slot, or ``slot[a:b]``) as a :class:`BufRef`."""
     if isinstance(buf, Slot):
         return BufRef(buf, 0, buf.size)
     if isinstance(buf, BufRef):
@@ -54,13 +55,13 @@ def _ref(buf):
     raise ScheduleError(f"expected a Slot or slot[a:b], got {type(buf).__name__}")
 
 
-def _whole(value, what, lo=0, hi=2**31 - 1):
+def whole(value, what, lo=0, hi=2**31 - 1):
     """``value`` as an int in [lo, hi] (the C core keeps it in a C int),
     or a clear ScheduleError."""
     return check_int(value, what, lo, hi)
 
 
-def _wait_seconds(timeout):
+def wait_seconds(timeout):
     """A wait's timeout for the C core: None (or inf) waits for ever (-1);
     otherwise a number of seconds >= 0."""
     if timeout is None:
@@ -76,7 +77,9 @@ def _wait_seconds(timeout):
     return -1.0 if t == float("inf") else t
 
 
-def _nanoseconds(seconds, what):
+def nanoseconds(seconds, what):
+    """A duration for the C core: ``seconds`` (>= 0, at most 1e9) in
+    nanoseconds, or a ScheduleError naming ``what``."""
     try:
         t = float(seconds)
     except (TypeError, ValueError):
@@ -87,13 +90,13 @@ def _nanoseconds(seconds, what):
     return int(round(t * 1e9))
 
 
-def _param(value, dtype, what):
+def op_param(value, dtype, what):
     """An op parameter: a constant, or one element of a slot read each time
     the op becomes ready.  Returns (constant or -1/0, BufRef or None)."""
     if value is None:
         return -1, None
     if isinstance(value, (Slot, BufRef)):
-        ref = _ref(value)
+        ref = as_ref(value)
         if ref.count != 1 or ref.slot.dtype != np.dtype(dtype) or \
                 ref.slot.device:
             raise ScheduleError(f"{what} from a buffer takes one host "
@@ -114,12 +117,12 @@ def _param(value, dtype, what):
     return int(value), None
 
 
-def _priority(value):
+def op_priority(value):
     """An op's priority: an int, or one int64 element of a slot read each
     time the op becomes ready (a different start order every round).
     Returns (constant, BufRef or None)."""
     if isinstance(value, (Slot, BufRef)):
-        ref = _ref(value)
+        ref = as_ref(value)
         if ref.count != 1 or ref.slot.dtype != np.dtype(np.int64) or \
                 ref.slot.device:
             raise ScheduleError("priority from a buffer takes one host int64 "
@@ -128,7 +131,7 @@ def _priority(value):
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
         raise ScheduleError(f"priority must be an int or slot[i:i+1], got "
                             f"{value!r}")
-    return _whole(value, "priority", -2**31, 2**31 - 1), None
+    return whole(value, "priority", -2**31, 2**31 - 1), None
 
 
 class RoundOutcomes:
@@ -168,7 +171,10 @@ class RoundOutcomes:
         return f"RoundOutcomes(round={self.round}, {counts})"
 
 
-class _DataLock:
+class DataLock:
+    """Context manager of a schedule's data lock (the lock that
+    ``locked=True`` ops take): ``with sched.data_lock(): ...``."""
+
     def __init__(self, core):
         self._core = core
 

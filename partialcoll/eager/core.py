@@ -16,7 +16,7 @@ what synchronous SGD applies, only at different steps.
 import numpy as np
 from mpi4py import MPI
 
-from ..core import libcomm, devices
+from ..core import control, devices, libcomm
 from ..core.buffers import as_array
 from ..core.errors import ScheduleError
 from ..core.checks import check_comm
@@ -49,7 +49,7 @@ def agree_on_setup(ctl, mine, problem):
     if not bad:
         return
     lines = [describe_gradient_mismatch([d[k] for d in everyone])
-             if k == "gradients" else libcomm.per_rank(everyone, k)
+             if k == "gradients" else control.per_rank(everyone, k)
              for k in bad]
     raise ScheduleError("eager-SGD set up differently on different ranks: "
                         + "; ".join(lines))
@@ -396,7 +396,7 @@ class EagerAverager:
         xp = self._mem.xp
         anything = int((extra[0] > 0 or any(r.rounds for r in res)) and
                        any(bool(xp.any(d != 0)) for d in out))
-        libcomm.arrive(self._lc.ctl)           # no busy-poll for a slow rank
+        control.arrive(self._lc.ctl)           # no busy-poll for a slow rank
         if not self._lc.ctl.allreduce(anything, op=MPI.MAX):
             return None
         info = StepInfo(0, min(r.active for r in res), True,

@@ -53,7 +53,7 @@ import numbers
 
 import numpy as np
 
-from ..core import libcomm
+from ..core import control, libcomm
 from ..core.errors import ScheduleError
 from ..core.checks import check_comm
 from ..core.engine import now
@@ -163,9 +163,9 @@ class LoadBalancedAllreduce:
                 "slice": self.slice_elems,
                 "probes": (num_probe, size_probe, self.min_probe),
                 "measure": measure}
-        libcomm.require_same(lc, "LoadBalancedAllreduce", mine)
+        control.require_same(lc, "LoadBalancedAllreduce", mine)
         self.size, self.rank = lc.size, lc.rank
-        self._world = libcomm.world_ranks(comm)   # the network's rank numbers
+        self._world = control.world_ranks(comm)   # the network's rank numbers
         N = self.size
         self.max_slices = N * num_probe + -(-self.n // self.slice_elems) + N
         self._ntags = 2 * self.max_slices + 1
@@ -335,8 +335,8 @@ class LoadBalancedAllreduce:
         """Each NIC's record after this call's (out, in) estimates; the
         records' medians (NaN for a NIC never measured)."""
         medians = []
-        for records, now in zip(self._records, estimates):
-            for i, value in enumerate(now):
+        for records, latest in zip(self._records, estimates):
+            for i, value in enumerate(latest):
                 records[i] = planner.follow(records[i], value, self.window,
                                             self.jump)
             medians.append([float(np.median(r)) if r else math.nan

@@ -49,7 +49,7 @@ import logging
 
 import numpy as np
 
-from ..core import libcomm
+from ..core import control, libcomm
 from ..core.errors import ScheduleError
 from ..core.checks import check_comm, check_int
 from ..core.ops import OPS
@@ -125,7 +125,7 @@ class RPSAverage:
         mine = {"collective": "RPSAverage", "n": self.n,
                 "dtype": self.dtype.str, "seed": self.seed,
                 "timeout": self.timeout, "traffic_class": traffic_class}
-        libcomm.require_same(lc, "RPSAverage", mine)
+        control.require_same(lc, "RPSAverage", mine)
         net = _network()
         if net and net["drop_mode"] == "silent" and self.timeout is None:
             raise ScheduleError("the emulated network drops silently: give "

@@ -44,10 +44,10 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-from ..core import libcomm
-from ..transport import timeline as _timeline
+from ..core import control
 from ..core.checks import check_int
 from ..core.schedule import Schedule
+from ..transport import timeline as _timeline
 from . import metrics
 from .planner import COMPUTE
 
@@ -267,7 +267,7 @@ def _numbers(order_for, w, rnd, n):
 
 def _world_ranks(comm):
     """comm rank -> MPI_COMM_WORLD rank (timelines are by world rank)."""
-    return dict(enumerate(libcomm.world_ranks(comm)))
+    return dict(enumerate(control.world_ranks(comm)))
 
 
 def _check(bufs, model, rank, ps, workers, task, iterations):

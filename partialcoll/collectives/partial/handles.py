@@ -1,25 +1,24 @@
 """Partial allreduce: solo, majority and quorum(k).
 
-The objects here are handles: what the user holds.  The schedule, buffers
-and protocol live in :mod:`._rounds` (its docstring draws the schedule;
-the three kinds are in :mod:`._round_kinds`), in a registry of open objects, so that a handle dropped without ``close()``
-does not pull the schedule from under the other ranks (it stays open until
-a collective close, and a warning says so).
+The objects here are handles: what the user holds.  The state and protocol
+live in :mod:`.rounds` (the schedule in :mod:`.schedule`, the three kinds
+in :mod:`.kinds`), in a registry of open objects, so that a handle dropped
+without ``close()`` does not pull the schedule from under the other ranks
+(it stays open until a collective close, and a warning says so).
 """
 import weakref
 
 import numpy as np
 from mpi4py import MPI
 
-from ..core import arrays, devices
-from ..core.errors import ScheduleError
-from ..core.checks import check_comm, check_int, require_thread_multiple
-from ..core.ops import OPS, as_op
-from . import _rounds
-from .staging import check_compression, wire_dtype
-from ._result import PartialResult  # noqa: F401
-from ._round_kinds import KINDS, designated as _designated  # noqa: F401
-from ._rounds import tag_block_size  # noqa: F401
+from ...core import arrays, devices
+from ...core.checks import check_comm, check_int, require_thread_multiple
+from ...core.errors import ScheduleError
+from ...core.ops import OPS, as_op
+from ...core.request import Request
+from ..staging import check_compression, wire_dtype
+from .rounds import dropped
+from .kinds import KINDS
 
 SUM = OPS["SUM"]
 
@@ -28,7 +27,7 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
                 sync_every=None, quorum=None, seed=0, algorithm=None,
                 priority=0, compression=None):
     """Check the arguments and make the state of a partial allreduce object
-    (:class:`._rounds.Rounds`) shaped like ``like`` (collective)."""
+    (:class:`.rounds.Rounds`) shaped like ``like`` (collective)."""
     require_thread_multiple()
     if like is MPI.IN_PLACE:
         raise ScheduleError(f"{name}: MPI.IN_PLACE is not a buffer here "
@@ -115,7 +114,8 @@ class PartialAllreduce:
                   "quorum", "size", "rank", "compression"):
             setattr(self, k, getattr(self._rounds, k))
         self.dtype = self._rounds.given
-        self._finalizer = weakref.finalize(self, _rounds.dropped, self._rounds)
+        self._finalizer = weakref.finalize(self, dropped,
+                                          self._rounds)
 
     def __call__(self, sendbuf):
         """Contribute ``sendbuf`` and return a :class:`PartialResult`
@@ -195,7 +195,7 @@ class PartialAllreduce:
         self.close()
 
 
-class _Delivering:
+class _Delivering(Request):
     """A call's request: its result is delivered (the caller's type and
     dtype) once, when the round is taken."""
 

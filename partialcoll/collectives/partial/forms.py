@@ -32,13 +32,13 @@ import collections
 import numpy as np
 from mpi4py import MPI
 
-from ..core import arrays, libcomm, devices
-from ..core.errors import ScheduleError
-from ..core.checks import check_comm
-from ..core.ops import OPS, as_op
-from . import _rounds
-from ._result import PartialResult
-from .partial import deliver, make_rounds
+from ...core import arrays, devices, libcomm
+from ...core.checks import check_comm
+from ...core.errors import ScheduleError
+from ...core.ops import OPS, as_op
+from .handles import deliver, make_rounds
+from .result import PartialResult
+from .rounds import open_rounds
 
 SUM = OPS["SUM"]
 
@@ -93,6 +93,8 @@ def _merge(first, later, combine):
 
 
 def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
+    """One call of a function form: the user's buffer is taken in once
+    (ingested, placed, checked), then the cached object's call."""
     comm = check_comm(comm)
     if sendbuf is MPI.IN_PLACE:          # as comm.Allreduce(IN_PLACE, buf)
         if recvbuf is None:
@@ -101,21 +103,12 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
     data = arrays.ingest(sendbuf, "sendbuf")
     mem = data.backend or devices.HOST
     device = data.backend and data.backend.device_id(data.array)
-    devices.flat_in_place(data.array, mem, device, "sendbuf", name)
-    shape = data.shape
+    x = devices.flat_in_place(data.array, mem, device, "sendbuf", name)
     op = as_op(op)
-    if recvbuf is not None:      # checked before the round: it would be lost
-        out = arrays.ingest(recvbuf, "recvbuf")
-        flat = devices.flat_in_place(out.array, mem, device, "recvbuf", name)
-        if out.dtype is not data.dtype and out.dtype != data.dtype:
-            raise ScheduleError(f"recvbuf is {out.dtype}, sendbuf "
-                                f"{data.dtype}")
-        if flat.size != data.array.size:
-            raise ScheduleError(f"recvbuf has {flat.size} elements, sendbuf "
-                                f"{data.array.size}")
-        if isinstance(flat, np.ndarray) and not flat.flags.writeable:
-            raise ScheduleError("recvbuf is read-only")
-    key = (kind, shape, str(data.dtype), op.name, mem.name, device,
+    # recvbuf is checked before the round: its result would be lost
+    out = None if recvbuf is None else \
+        _check_recvbuf(recvbuf, data, mem, device, name)
+    key = (kind, data.shape, str(data.dtype), op.name, mem.name, device,
            tuple(sorted(kw.items())))
     lc = libcomm.library_comm(comm)
     lc.before_collective(keep=key)          # flush the other signatures
@@ -125,20 +118,35 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
         form = _new_form(lc, forms, key, kind, name, data, op, comm, kw)
     forms.cache.move_to_end(key)
     form.array_kind = data.kind             # flush_partials delivers so
-    res = form.rounds.start(form.rounds.take_buffer(data)[0]).wait()
+    res = form.rounds.start(form.rounds.accept(data, x)[0]).wait()
     form.dirty = True
     if form.rounds.kind != "solo":
         lc.pending = True                   # _flush_waiting_forms has work
     if form.held is not None:
-        res, form.held = _merge(form.held, res, form.rounds._combine), None
-    if recvbuf is not None:
-        if arrays.is_half(data.dtype):
-            arrays.narrow(res.data.reshape(-1), data.dtype, out=flat)
-        else:
-            flat[...] = res.data.reshape(-1)
-        res.data = recvbuf
-        return res
-    return deliver(form.rounds, res, data.kind)
+        res, form.held = _merge(form.held, res, form.rounds.combine), None
+    if out is None:
+        return deliver(form.rounds, res, data.kind)
+    if arrays.is_half(data.dtype):
+        arrays.narrow(res.data.reshape(-1), data.dtype, out=out)
+    else:
+        out[...] = res.data.reshape(-1)
+    res.data = recvbuf
+    return res
+
+
+def _check_recvbuf(recvbuf, data, mem, device, name):
+    """The flat view of ``recvbuf`` after checking that it can take the
+    result of ``data`` (:class:`~partialcoll.core.arrays.Data`)."""
+    out = arrays.ingest(recvbuf, "recvbuf")
+    flat = devices.flat_in_place(out.array, mem, device, "recvbuf", name)
+    if out.dtype is not data.dtype and out.dtype != data.dtype:
+        raise ScheduleError(f"recvbuf is {out.dtype}, sendbuf {data.dtype}")
+    if flat.size != data.array.size:
+        raise ScheduleError(f"recvbuf has {flat.size} elements, sendbuf "
+                            f"{data.array.size}")
+    if isinstance(flat, np.ndarray) and not flat.flags.writeable:
+        raise ScheduleError("recvbuf is read-only")
+    return flat
 
 
 def _new_form(lc, forms, key, kind, name, like, op, comm, kw):
@@ -148,7 +156,7 @@ def _new_form(lc, forms, key, kind, name, like, op, comm, kw):
     while len(forms.cache) >= FORMS_PER_COMM:
         old = forms.cache.popitem(last=False)[1]
         forms.held[old.key] = (old.rounds.label, _merge(
-            old.held, old.rounds.close(), old.rounds._combine), old)
+            old.held, old.rounds.close(), old.rounds.combine), old)
     rounds = make_rounds(kind, name, like, op, comm, seed=kw.get("seed", 0),
                          quorum=kw.get("quorum"))
     opts = "".join(f", {k}={v}" for k, v in sorted(kw.items()))
@@ -173,7 +181,7 @@ def _flush_waiting_forms(lc, keep=None):
         if form.dirty and form.key != keep and form.rounds.kind != "solo":
             form.dirty = False
             form.held = _merge(form.held, form.rounds.flush(),
-                               form.rounds._combine)
+                               form.rounds.combine)
         elif form.dirty and form.rounds.kind != "solo":
             lc.pending = True                # `keep` still waits for a flush
 
@@ -202,8 +210,8 @@ def _settle(comm, close):
     library communicators, in creation order (the same on every rank)."""
     lcs = _library_comms(comm)
     out = []
-    for r in [r for r in _rounds.open_rounds() if r._lc in lcs]:
-        forms = _forms(r._lc)
+    for r in [r for r in open_rounds() if r.lc in lcs]:
+        forms = _forms(r.lc)
         form = next((f for f in forms.cache.values() if f.rounds is r), None)
         if form is not None and not close and not form.dirty:
             res = None                   # nothing of it is pending anywhere
@@ -211,7 +219,7 @@ def _settle(comm, close):
             res = r.close() if close else r.flush()
         if form is not None:
             res, form.held, form.dirty = \
-                _merge(form.held, res, r._combine), None, False
+                _merge(form.held, res, r.combine), None, False
         if res is not None:
             out.append((r.label, form.deliver(res) if form is not None
                         else deliver(r, res)))

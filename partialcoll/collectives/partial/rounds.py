@@ -1,0 +1,504 @@
+"""The state and protocol of a partial allreduce (solo, majority, quorum):
+what a call, a flush and a close do with the object's persistent schedule
+(:mod:`.schedule` draws it; :mod:`.kinds` says who may start a round).
+
+A call deposits into `pending` under the data lock; the snapshot count read
+in the same hold is R, the round that will carry the deposit.  The deposit
+is fresh when the call will wait for R itself (no round running, none
+waiting to be seen); else it is carried into R as stale data.  The call's
+arrival counts for round R only when it is fresh (solo: it starts R;
+majority: it starts R when this rank is R's drawn initiator, so the
+initiator is always active, as in the paper; quorum: one of the k arrivals
+R needs).  If finished rounds are waiting it returns them at once, else it
+waits for the next round and takes `acc` under the lock.  So each
+contribution is in exactly one round, results are never overwritten while
+read (they are copied out under the lock), and a rank that missed rounds
+gets them all combined.
+
+Lifetime.  The user holds a handle
+(:class:`~partialcoll.collectives.partial.handles.PartialAllreduce`); the
+state here lives in a registry of open objects until a collective close
+(``close()``, ``close_partials``, or the exit handler, in creation order on
+every rank).  A handle dropped without ``close()`` leaves its state open, so
+the other ranks, still calling, are not left waiting for a schedule that
+vanished on one rank; it is logged once under the ``partialcoll`` logger.
+"""
+import logging
+import secrets
+
+import numpy as np
+from mpi4py import MPI
+
+from ...core import arrays, control, devices, libcomm
+from ...core.errors import PartialcollError, ScheduleError
+from ...core.request import Done, Request
+from . import schedule, stragglers
+from .result import PartialResult
+
+log = logging.getLogger("partialcoll")
+
+
+class Rounds:
+    """One partial allreduce's schedule, buffers and protocol (see the
+    module docstring).  ``args`` is the handle's checked arguments: kind,
+    shape, dtype, op, comm, catch_up, sync_every, quorum, seed, memory
+    backend and device.  Creating it is collective over ``comm``.
+
+    Attributes the package uses: ``lc`` (the library communicator),
+    ``sched`` (the schedule), ``combine`` (the op's ufunc on the object's
+    memory), ``label``, ``closed``."""
+
+    kind = None
+    marks_bypass = False    # flag rounds a flushing caller starts as sync
+    _created = 0            # creation order, equal on all ranks
+
+    def __init__(self, n, args, algorithm):
+        for k, v in args.items():
+            setattr(self, k, v)
+        lc = libcomm.library_comm(self.comm)
+        self.size, self.rank = lc.size, lc.rank
+        self.quorum = self.check_quorum(self.quorum)
+        lc.before_collective()
+        self._check_consistent(lc, algorithm)
+        # one executor communicator shared by every object on comm: this
+        # object's messages are told apart by its own block of tags
+        self._ntags = schedule.tag_block_size(self.size)
+        self._tag0 = lc.tags.block(self._ntags)
+        self.lc = lc.acquire()
+        try:
+            self._build(n, algorithm)
+        except BaseException:
+            self._release()
+            raise
+        lc.created += 1
+        self.id = lc.created              # the same on every rank
+        self.label = f"{self.name} #{self.id}"
+        self._watch = stragglers.StragglerWatch(self.size)
+        self._observed = 0                # rounds taken by this rank
+        self._calls = 0
+        self._epochs = 0                  # synchronous rounds done here
+        self.closed, self._at_close = False, None
+        self.orphaned = False             # its handle was dropped
+        Rounds._created += 1
+        self.order = Rounds._created
+        _OPEN[self.order] = self
+        self.sched.post()
+
+    # -- construction ---------------------------------------------------
+    def check_quorum(self, quorum):
+        """The kind's quorum, checked (None: the kind has none)."""
+        return None
+
+    def activate(self, s, P, rank, tags):
+        """Build the kind's activation into ``s`` (see :mod:`.schedule`)."""
+        return schedule.circulant_activation(s, P, rank, tags)
+
+    def _check_consistent(self, lc, algorithm):
+        mine = {"collective": self.kind, "shape": tuple(self.shape),
+                "memory": self.mem.name,
+                "dtype": str(self.given), "op": self.op.name,
+                "quorum": self.quorum, "seed": self.seed,
+                "catch_up": self.catch_up, "sync_every": self.sync_every,
+                "algorithm": algorithm, "priority": self.priority,
+                "compression": self.compression}
+        everyone, bad = control.disagreements(lc.ctl, mine)
+        if bad:
+            detail = "; ".join(control.per_rank(everyone, k) for k in bad)
+            raise ScheduleError(f"{self.name} created with different "
+                                f"arguments on different ranks ({detail})")
+
+    def _build(self, n, algorithm):
+        ident, mem = self.op.identity(self.dtype), self.mem
+        self._pending = mem.full(n, ident, self.dtype)
+        self._identity = mem.full(n, ident, self.dtype)
+        self._acc = mem.full(n, ident, self.dtype)
+        # latest-only: the rounds passed over, returned by a synchronous one
+        self._skipped = None if self.catch_up else \
+            mem.full(n, ident, self.dtype)
+        self._nskipped = 0
+        self.combine = self.op.ufunc(mem.xp)
+        self._meta = schedule.meta_buffers(self.size, self.rank)
+        self._late_slot = 3 + self.rank
+        # the ranks met in _check_consistent, yet meeting again here before
+        # the bcast measured faster at 5 ranks on 2 cores (median 14.0 s
+        # against 16.5 s for test_eager_ddp + test_forms)
+        control.arrive(self.lc.ctl)
+        stamp_id = self.lc.ctl.bcast(secrets.randbits(63)
+                                     if self.rank == 0 else None)
+        self.sched, act = schedule.build(schedule.RoundSpec(
+            comm=self.lc.comm, size=self.size, rank=self.rank, op=self.op,
+            dtype=self.dtype, mem=mem, pending=self._pending,
+            identity=self._identity, acc=self._acc, skipped=self._skipped,
+            meta=self._meta, algorithm=algorithm, priority=self.priority,
+            stamp_id=stamp_id, tag0=self._tag0, activate=self.activate))
+        self._trigger, self._bypass = act.trigger, act.bypass
+
+    # -- calls ----------------------------------------------------------
+    def take_buffer(self, sendbuf, what="sendbuf"):
+        """``sendbuf`` (any array or tensor, see
+        :mod:`partialcoll.core.arrays`) as :meth:`accept` returns it, after
+        checking that it lives where this object's buffers live."""
+        self.check_open()
+        data = arrays.ingest(sendbuf, what)
+        x = devices.flat_in_place(data.array, self.mem, self.device, what,
+                                  self.name)
+        return self.accept(data, x, what)
+
+    def accept(self, data, x, what="sendbuf"):
+        """A contribution: ``data`` (:class:`~partialcoll.core.arrays.Data`)
+        whose flat view on this object's memory is ``x``, checked against
+        the object's dtype and size (raises if closed).  Returns ``x`` as
+        the dtype the object reduces in (16-bit floats widened to float32;
+        rounded to float16 under compression) and the
+        :class:`~partialcoll.core.arrays.ArrayKind` of the caller's
+        results."""
+        self.check_open()
+        if (data.dtype is not self.given and data.dtype != self.given) or \
+                x.size != self._pending.size:
+            raise ScheduleError(f"{what} is {data.dtype}[{x.size}], this "
+                                f"{self.name} takes {self.given}"
+                                f"{list(self.shape)}")
+        return arrays.reduced_as(x, self.given, self.dtype), data.kind
+
+    def start(self, x):
+        """Contribute ``x`` (a flat array on the object's memory); returns a
+        request whose ``wait()`` gives a :class:`PartialResult`."""
+        self.check_open()
+        self._calls += 1
+        if self.sync_every and self._calls % self.sync_every == 0:
+            return Done(self._synchronous_round(x))
+        seq, waiting, rnd, fresh, flushing = self._deposit(x)
+        self.arrive(rnd, fresh, flushing)
+        if waiting:                       # finished rounds not yet observed
+            return Done(self.take(seq))
+        return RoundsRequest(self, self._observed, seq)
+
+    def _deposit(self, x, fresh=None, mark=False, in_sync=None,
+                 bypass=False):
+        """Add x to the pending data.  Returns (deposit number, finished
+        rounds waiting to be observed, the round R that will take x, fresh,
+        flushing).
+
+        The deposit is *fresh* (counted in ``active``, the paper's NAP) when
+        this call will wait for round R itself: nothing is left to collect
+        and no round is running.  Otherwise the call returns an earlier
+        round and x is carried into R as stale data, as eager-SGD does.
+        *flushing*: some rank is in a synchronous round this rank has not
+        finished (see :meth:`_synchronous_round`).  ``mark``: flag round R
+        as flush-started (in the same hold as reading R).  ``in_sync``:
+        this rank enters (True) or leaves (False) a synchronous round; while
+        inside, the rounds it snapshots do not count it as late.
+        ``bypass``: mark round R as started by a synchronous round (not a
+        plain one)."""
+        m = self._meta
+        with self.sched.data_lock():
+            waiting, rnd = int(m["acc_rounds"][0]), int(m["snaps"][0])
+            flushing = int(m["flush_total"][0]) > self.size * self._epochs
+            if mark:
+                m["flag"][1] = 1
+                m["flag"][3 + self.size:] = 1
+            if in_sync is not None:
+                m["flag"][self._late_slot] = m["reset"][self._late_slot] = \
+                    0 if in_sync else 1
+            if fresh is None:
+                fresh = not waiting and rnd == self._observed
+            if bypass or (fresh and flushing and self.marks_bypass):
+                m["flag"][2] = 1          # R may miss its quorum: say so
+                m["flag"][3 + self.size:] = 1
+            if x is not None:
+                self._add_pending(x)
+                m["dep_seq"][0] += 1
+                if fresh:
+                    m["flag"][0] = 1
+                    m["flag"][self._late_slot] = 0
+            return int(m["dep_seq"][0]), waiting, rnd, fresh, flushing
+
+    def _add_pending(self, x):
+        """pending op= x.  Device buffers: on the schedule's stream, after
+        the caller's work on x; the caller's later work waits for it (so x
+        may be reused at once).  The snapshot, queued on the same stream
+        after this hold, sees the deposit."""
+        stream, mem = self.sched.stream, self.mem
+        mem.wait_for_caller(stream)
+        with mem.on(stream):
+            self.combine(self._pending, x, out=self._pending)
+        mem.caller_waits(stream)
+
+    def arrive(self, rnd, fresh, flushing):
+        """Solo: a fresh caller starts round `rnd` (the first arrival
+        activates everyone).  The other kinds override it."""
+        if fresh:
+            self.sched.fire(self._trigger, round=rnd)
+
+    def flush(self):
+        """Collective: a synchronous round; see the handle's docstring."""
+        self.check_open()
+        return self._synchronous_round(None)
+
+    def _synchronous_round(self, x):
+        """Every rank calls this (flush, close, the sync_every-th call).
+
+        Waiting here for a slow rank must cost that rank (nearly) nothing:
+        no round is fired on a timer (each one runs the whole allreduce on
+        every rank's progress thread; 163 rounds of 8 MiB ran while one rank
+        computed for 1 s), and this rank waits with Test() and a sleeping
+        back-off.  Yet ranks still inside a majority or quorum call may be
+        waiting for this rank's arrival, and ranks still calling must not
+        start waiting for it.  So:
+
+        1. Mark and start one round: the one pending at entry, R_e (the
+           mark is taken by R_e's snapshot here; the meta allreduce sums
+           marks, so every rank learns R_e was flush-started).  Any call
+           waiting for a round <= R_e is released: R_e starts, earlier
+           rounds have already started (this rank snapshotted them).
+        2. A rank that has seen a marked round complete and has not
+           finished this synchronous round itself is *flushing*: its fresh
+           calls start their own rounds (majority: whoever is drawn;
+           quorum: through the flush arrivals that bypass the k-of-n count)
+           until then, so a call after R_e never waits for a rank in here.
+           Every rank marks exactly one round per synchronous round, so the
+           marks seen reach P * (synchronous rounds done here) exactly when
+           everyone's marked round of this one has completed.
+        3. Wait until every rank is here (:meth:`_meet`).
+        4. The rounds anyone may still need are those before M = max of the
+           snapshot counts (>= every R_e): all start round M and wait for
+           it, so every started round is finished everywhere.  Each rank
+           first waits for round M - 1, so its bypass mark lands on M: M
+           is always marked, whoever fires it first.
+        5. Deposit x, barrier, and all start round M+1: it holds every
+           rank's x and everything still pending, and nothing else.
+        6. Take the result, barrier: no rank leaves (and starts a round with
+           its next call) before every rank has taken its result, so a
+           later round never leaks into a slower rank's synchronous result.
+        """
+        ctl, s = self.lc.ctl, self.sched
+        entry = self._deposit(None, mark=True, in_sync=True)[2]
+        s.fire(self._bypass, round=entry)
+        last = self._meet(ctl)
+        if last > 0:
+            # the bypass mark goes to this rank's pending round: make it
+            # `last` (every earlier round is snapshotted once it completed).
+            # Then whoever fires `last` first has marked it; without this
+            # wait a rank behind marked an earlier round, and `last`,
+            # fired by another rank and snapshotted here before the mark,
+            # could end up marked by no one (counted as a plain round)
+            s.wait(round=last - 1)
+        self._deposit(None, bypass=True)
+        s.fire(self._bypass, round=last)
+        s.wait(round=last)
+        seq = self._deposit(x, fresh=x is not None, bypass=True)[0]
+        control.arrive(ctl)
+        s.fire(self._bypass, round=last + 1)
+        s.wait(round=last + 1)
+        res = self.take(seq, sync=True)
+        self._epochs += 1
+        self._deposit(None, in_sync=False)    # before anyone leaves
+        control.arrive(ctl)
+        return res
+
+    def _meet(self, ctl):
+        """Step 3 of a synchronous round: wait until every rank is in it (a
+        non-blocking allreduce of this object's id, waited for with Test()
+        and sleeps; a mismatch means ranks flush different objects: an
+        error on every rank).  Returns M, the largest snapshot count."""
+        ids = np.array([self.id, -self.id], np.int64)
+        seen = np.zeros(2, np.int64)
+        control.wait_for(ctl.Iallreduce(ids, seen, op=MPI.MAX),
+                         longest=0.001)
+        if seen[0] != -seen[1]:
+            raise ScheduleError(f"flush()/close() of different objects at "
+                                f"the same time on different ranks (object "
+                                f"ids {-seen[1]}..{seen[0]}; this rank: "
+                                f"{self.id}): flush and close in the same "
+                                f"order everywhere")
+        started = np.array([self.started()], np.int64)
+        control.wait_for(ctl.Iallreduce(MPI.IN_PLACE, started, op=MPI.MAX),
+                         longest=0.001)
+        return int(started[0])
+
+    def started(self):
+        """Rounds this rank has started (snapshotted) so far."""
+        if self.closed:
+            return self._final("started")
+        return self._deposit(None)[2]
+
+    def _final(self, what):
+        """After close: ``what`` as it was when the object was freed (the
+        straggler report stays readable)."""
+        if self._at_close is None:
+            raise ScheduleError(f"this {self.name} is closed")
+        value = self._at_close[what]
+        return dict(value) if isinstance(value, dict) else value
+
+    def take(self, seq, sync=False):
+        """The result of the rounds finished since the last take, for the
+        call whose deposit is number ``seq`` (``sync``: of a synchronous
+        round, which also returns the rounds a latest-only object passed
+        over)."""
+        m = self._meta
+        with self.sched.data_lock():
+            nr = int(m["acc_rounds"][0])
+            m["acc_rounds"][0] = 0
+            # latest-only: acc holds the last of the nr rounds, `skipped`
+            # the nr - 1 before it (and any passed over earlier)
+            skipped = 0 if self.catch_up else max(nr - 1, 0)
+            self._nskipped += skipped
+            data = self._take_data(sync)
+            # catch-up, or a synchronous round: data covers every deposit up
+            # to acc_seq not returned before; latest-only: just the deposits
+            # (acc_lo, acc_seq]
+            included = int(m["acc_seq"][0]) >= seq and (
+                self.catch_up or sync or seq > int(m["acc_lo"][0]))
+            active = int(m["last_active"][0])
+            marked = sync or int(m["last_flush"][0]) > 0 or \
+                int(m["last_bypass"][0]) > 0
+            stat_rounds = int(m["stat_rounds"][0])
+            late = m["late_total"].copy() \
+                if self._watch.due(stat_rounds) else None
+        self._observed += nr
+        rounds = nr if self.catch_up else min(nr, 1)
+        if sync and not self.catch_up:        # the passed-over rounds too
+            rounds, skipped, self._nskipped = rounds + self._nskipped, 0, 0
+        if late is not None:
+            self._watch.observe(stat_rounds, late, self.label)
+        return PartialResult(data.reshape(self.shape), included,
+                             self._observed - 1, active, rounds, marked,
+                             skipped)
+
+    def _take_data(self, sync):
+        """Under the lock: a copy of acc (with the passed-over rounds for a
+        synchronous round), acc reset to the identity."""
+        stream, mem = self.sched.stream, self.mem
+        with mem.on(stream):
+            data = self._acc.copy()
+            self._acc[...] = self._identity
+            if sync and self._skipped is not None:
+                self.combine(data, self._skipped, out=data)
+                self._skipped[...] = self._identity
+        mem.caller_waits(stream)
+        return data
+
+    def stats(self):
+        """The straggler report, the same on every rank for the same rounds:
+        ``rounds`` (plain rounds completed on this rank: the rounds of
+        flush, close and sync_every, which wait for everyone, are not
+        counted), ``late_share`` (per rank: the share of those rounds its
+        data missed, so that it was carried into a later round),
+        ``mean_lag`` (per rank: rounds since its last fresh contribution,
+        averaged over rounds; 0 for a rank that is never late),
+        ``slowest`` (the rank with the largest late share), ``calls``
+        (this rank's calls so far) and ``skipped`` (latest-only: rounds
+        passed over and held for the next synchronous round).  After
+        ``close()``: the report as it was then."""
+        if self.closed:
+            return self._final("stats")
+        with self.sched.data_lock():
+            return stragglers.report(self._meta, self.size, self._calls,
+                                     self._nskipped)
+
+    # -- housekeeping ---------------------------------------------------
+    @property
+    def rounds(self):
+        """Rounds completed by this rank's schedule so far (after
+        ``close()``: when it was closed)."""
+        if self.closed:
+            return self._final("rounds")
+        return self.sched.rounds
+
+    def close(self):
+        """Collective: a final synchronous round (its :class:`PartialResult`
+        is returned: nothing pending is lost), then free.  Idempotent."""
+        if self.closed:
+            return None
+        res = self.flush()
+        self._free()
+        return res
+
+    def quiesce_and_free(self):
+        """At interpreter exit, collectively over this object's ranks: keep
+        every started round going until all ranks agree none is in flight,
+        so no send is left that MPI_Finalize would wait for; then free."""
+        try:
+            while True:
+                flag = np.array([1 if self.sched.busy else 0], np.int64)
+                out = np.zeros(1, np.int64)
+                control.wait_for(self.lc.ctl.Iallreduce(flag, out,
+                                                        op=MPI.MAX))
+                if out[0] == 0:
+                    return
+        finally:
+            self._free()
+
+    def _free(self):
+        try:
+            self._at_close = {"stats": self.stats(), "rounds": self.rounds,
+                              "started": self.started()}
+        except PartialcollError:         # a failed schedule: nothing to keep
+            self._at_close = None
+        self.sched.free()
+        self._release()
+        self.closed = True
+        _OPEN.pop(self.order, None)
+
+    def _release(self):
+        """Give back the tag block and the library communicator (collective:
+        every rank closes objects in the same order)."""
+        self.lc.tags.give_back(self._tag0, self._ntags)
+        self.lc.release()
+
+    def check_open(self):
+        """Raise ScheduleError if the object is closed."""
+        if self.closed:
+            raise ScheduleError(f"this {self.name} is closed")
+
+
+class RoundsRequest(Request):
+    """The request of a call that waits for round ``rnd``."""
+
+    def __init__(self, rounds, rnd, seq):
+        self._rounds, self._round, self._seq, self._res = rounds, rnd, seq, None
+
+    def test(self):
+        """True when the round completed (``wait()`` then returns at once)."""
+        return self._res is not None or \
+            self._rounds.sched.test(round=self._round)
+
+    def wait(self, timeout=None):
+        """Wait for the round and return the :class:`PartialResult`."""
+        if self._res is None:
+            self._rounds.sched.wait(round=self._round, timeout=timeout)
+            self._res = self._rounds.take(self._seq)
+        return self._res
+
+
+_OPEN = {}              # creation order -> open Rounds (strong references)
+_warned = False
+
+
+def open_rounds(lc=None):
+    """The open objects (on library communicator ``lc``, or all), in
+    creation order: the same on every rank."""
+    return [r for r in _OPEN.values() if lc is None or r.lc is lc]
+
+
+def dropped(rounds):
+    """Finalizer of a handle: its object stays open until a collective
+    close; say so (once per process: the warning, then debug lines)."""
+    global _warned
+    if rounds.closed:
+        return
+    rounds.orphaned = True
+    level = logging.DEBUG if _warned else logging.WARNING
+    _warned = True
+    log.log(level, "%s was dropped without close(); it stays open, so the "
+            "other ranks can still use it, until a collective close: "
+            "pc.close_partials(comm) or interpreter exit. Call close() "
+            "(collective) or use it as a context manager.", rounds.label)
+
+
+@libcomm.register("at_exit")
+def quiesce_all():
+    """Exit handler: quiesce every open object, in creation order (the same
+    on all ranks), then free it."""
+    for r in open_rounds():
+        r.quiesce_and_free()

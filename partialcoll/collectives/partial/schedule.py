@@ -1,0 +1,245 @@
+"""A partial allreduce's persistent schedule, re-armed by the executor
+every round (the protocol that drives it is in :mod:`.rounds`)::
+
+    activation ──> snapshot (locked) ──> allreduce(data, op) ──┐
+        │                           └──> allreduce(flag, SUM) ──┴─> accumulate (locked)
+
+* activation: who may start a round.
+  - solo: every rank's trigger T (stamped with the round) starts it; the
+    activation spreads through a union of binomial trees on the circulant
+    graph x -> x + 2^j (mod P): the send on dimension j fires on ANY(T, a
+    receive on a lower dimension), so any P works and simultaneous initiators
+    give one round (consumable ops + round-stamped messages).
+  - majority: the same graph, but only the rank drawn for the round (a hash
+    of a seed shared by all ranks and the round number) fires T.
+  - quorum(k): every caller sends a stamped arrival to rank 0, whose
+    activation NOP needs k of the P arrivals, then broadcasts.
+* snapshot, under the schedule's data lock: send <- pending, pending <-
+  identity, flags [fresh, flush, bypass, late_0 .. late_P-1, mark_0 ..
+  mark_P-1] -> meta (then reset: late is 1 in this rank's own slot unless
+  it is inside a synchronous round; a flush or bypass mark sets every
+  mark_i), deposit sequence number -> round_seq, snapshots += 1.
+* meta allreduce (SUM of 3 + 2P int64): [ranks with fresh data, ranks whose
+  synchronous round started this round (flush marks), ranks that started it
+  while someone was flushing (bypass marks), then per rank: 1 if it was late,
+  then the marks again, P times (a vector, to mask the late flags)].
+* accumulate, under the lock: acc <- acc op result (catch-up), or
+  skipped <- skipped op acc; acc <- result (latest only: nothing is lost,
+  a synchronous round returns `skipped`), rounds-accumulated += 1,
+  acc_seq <- round_seq, last_active <- fresh count, last_flush <- flush
+  marks, last_bypass <- bypass marks, flush_total += flush marks; the
+  straggler counters count plain rounds only (no mark: plain <- 1 LXOR
+  marks, late <- late * plain): late_total += late, lag <- (lag + late) *
+  late (consecutive rounds late), lag_total += lag, stat_rounds += plain.
+"""
+import numpy as np
+
+from ...core.ops import OPS
+from ...core.schedule import Schedule
+from ..algorithm import choose_algorithm, tmp_size
+from ..builders import BUILDERS, build_recursive_doubling
+from ..context import BuildContext
+
+SUM, LXOR, PROD = OPS["SUM"], OPS["LXOR"], OPS["PROD"]
+#: the int64 buffers of an object's bookkeeping (see the module docstring)
+META = ("flag", "reset", "one", "meta_send", "meta_recv", "dep_seq",
+        "round_seq", "acc_seq", "acc_rounds", "last_active", "snaps",
+        "prev_seq", "acc_lo", "last_flush", "last_bypass", "flush_total",
+        "stat_rounds", "late_total", "lag", "lag_total", "plain", "late",
+        "ones")
+#: those of 3 + 2P elements (the flags and the meta allreduce's buffers)
+FLAGS = ("flag", "reset", "meta_send", "meta_recv")
+#: those of P elements (the straggler counters)
+PER_RANK = ("late_total", "lag", "lag_total", "plain", "late", "ones")
+
+
+def tag_layout(P, tag0):
+    """Where an object's tags start, by use, in its block from ``tag0``:
+    the data allreduce (any builder: the ring uses 2P - 2 tags, recursive
+    doubling and Rabenseifner at most 2 log2 P + 2), the meta allreduce
+    (recursive doubling: bit_length(P) + 1), one activation tag per
+    circulant dimension, quorum's arrivals and flush arrivals."""
+    data, meta = 2 * P + 2, P.bit_length() + 1
+    act = max(1, (P - 1).bit_length())
+    return {"data": tag0, "meta": tag0 + data,
+            "activation": tag0 + data + meta,
+            "arrive": tag0 + data + meta + act,
+            "flush_arrive": tag0 + data + meta + act + 1,
+            "end": tag0 + data + meta + act + 2}
+
+
+def tag_block_size(P):
+    """Tags one partial collective object holds on its communicator:
+    2P + bit_length(P) + max(1, bit_length(P - 1)) + 5."""
+    return tag_layout(P, 0)["end"]
+
+
+def meta_buffers(P, rank):
+    """The bookkeeping buffers of an object at ``rank`` of P (see
+    :data:`META`), initialised: this rank is late until it deposits."""
+    meta = {k: np.zeros(3 + 2 * P if k in FLAGS else
+                        P if k in PER_RANK else 1, np.int64) for k in META}
+    meta["one"][0] = 1
+    meta["ones"][...] = 1
+    for k in ("flag", "reset"):
+        meta[k][3 + rank] = 1
+    return meta
+
+
+class Activation:
+    """The activation part of a round's schedule: ``trigger`` (the op a
+    caller fires to start or join a round), ``bypass`` (the op that starts
+    a synchronous round, or a round while someone flushes; solo and
+    majority: the trigger itself) and ``done`` (the op after which the
+    round runs)."""
+
+    def __init__(self, trigger, bypass, done):
+        self.trigger, self.bypass, self.done = trigger, bypass, done
+
+
+def circulant_activation(s, P, rank, tags):
+    """Solo's and majority's activation: the trigger, or a receive on any
+    circulant dimension, activates; each rank forwards on the dimensions
+    above the one it heard on."""
+    trigger = s.trigger(optional=True)
+    tag0 = tags["activation"]
+    dims = [j for j in range(P.bit_length()) if (1 << j) < P]
+    recvs = [s.recv(peer=(rank - (1 << j)) % P, tag=tag0 + j, stamped=True,
+                    optional=True) for j in dims]
+    for j in dims:
+        s.send(peer=(rank + (1 << j)) % P, tag=tag0 + j, stamped=True,
+               optional=True, after=[trigger] + recvs[:j], mode=1)
+    return Activation(trigger, trigger,
+                      s.nop(after=[trigger] + recvs, mode=1))
+
+
+def quorum_activation(s, P, rank, tags, quorum):
+    """Quorum's activation: arrivals go to rank 0, whose activation needs
+    ``quorum`` of them and is broadcast on the same circulant trees as
+    solo's.  A second trigger (the bypass: synchronous rounds,
+    flush-started rounds and callers while someone flushes) sends a flush
+    arrival instead, and any one flush arrival activates on its own::
+
+        rank 0:  count = k of (T, arrivals 1..P-1)        (optional)
+                 act   = ANY(count, bypass, flush arrivals 1..P-1)
+    """
+    trigger = s.trigger(optional=True)
+    bypass = s.trigger(optional=True)
+    tag0 = tags["activation"]
+    dims = [j for j in range(P.bit_length()) if (1 << j) < P]
+    if rank == 0:
+        arrivals = [s.recv(peer=p, tag=tags["arrive"], stamped=True,
+                           optional=True) for p in range(1, P)]
+        flushes = [s.recv(peer=p, tag=tags["flush_arrive"], stamped=True,
+                          optional=True) for p in range(1, P)]
+        count = s.nop(after=[trigger] + arrivals, need=quorum, optional=True)
+        act = s.nop(after=[count, bypass] + flushes, mode=1)
+        for j in dims:
+            s.send(peer=1 << j, tag=tag0 + j, stamped=True, optional=True,
+                   after=[act])
+        return Activation(trigger, bypass, act)
+    s.send(peer=0, tag=tags["arrive"], stamped=True, optional=True,
+           after=[trigger])
+    s.send(peer=0, tag=tags["flush_arrive"], stamped=True, optional=True,
+           after=[bypass])
+    recvs = [s.recv(peer=(rank - (1 << j)) % P, tag=tag0 + j, stamped=True,
+                    optional=True) for j in dims]
+    for j in dims[1:]:
+        s.send(peer=(rank + (1 << j)) % P, tag=tag0 + j, stamped=True,
+               optional=True, after=recvs[:j], mode=1)
+    return Activation(trigger, bypass, s.nop(after=recvs, mode=1))
+
+
+class RoundSpec:
+    """What a round's schedule is built from: the communicator (the
+    library's duplicate) and this rank's place in it, the reduction, the
+    object's arrays (``pending``, ``identity``, ``acc``, ``skipped`` or
+    None for catch-up, ``meta``: :func:`meta_buffers`), ``mem`` (their
+    backend), ``algorithm`` (None: the heuristic), ``priority``,
+    ``stamp_id``, its tag block from ``tag0`` and ``activate``
+    (``activate(s, P, rank, tags)`` -> :class:`Activation`)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def build(spec):
+    """The committed persistent schedule of one object and its
+    :class:`Activation` (see the module docstring)."""
+    P, rank, mem = spec.size, spec.rank, spec.mem
+    n = spec.pending.size
+    s = Schedule(spec.comm, persistent=True, stamp_id=spec.stamp_id,
+                 priority=spec.priority, reliable=True)
+    b = {k: s.buffer(v, name=k) for k, v in spec.meta.items()}
+    b["pending"] = s.buffer(spec.pending, name="pending")
+    b["identity"] = s.buffer(spec.identity, name="identity")
+    b["acc"] = s.buffer(spec.acc, name="acc")
+    b["send"] = s.buffer(mem.empty(n, spec.dtype), name="send")
+    b["recv"] = s.buffer(mem.empty(n, spec.dtype), name="recv")
+    b["meta_tmp"] = s.buffer(np.zeros(3 + 2 * P, np.int64), name="meta_tmp")
+    if spec.skipped is not None:
+        b["skipped"] = s.buffer(spec.skipped, name="skipped")
+    algo = choose_algorithm(n * spec.dtype.itemsize, n, P, spec.algorithm)
+    tmp = s.buffer(mem.empty(tmp_size(algo, n, P), spec.dtype), name="tmp")
+    tags = tag_layout(P, spec.tag0)
+    act = spec.activate(s, P, rank, tags)
+    snap = _snapshot(s, b, act.done)
+    first = len(s)
+    BUILDERS[algo](s, BuildContext(P, rank, b["send"], b["recv"], tmp,
+                                   spec.op, after=[snap], tag0=tags["data"]))
+    build_recursive_doubling(s, BuildContext(
+        P, rank, b["meta_send"], b["meta_recv"], b["meta_tmp"], SUM,
+        after=[snap], tag0=tags["meta"]))
+    done = s.nop(after=list(range(first, len(s))))
+    c = _accumulate(s, b, spec.op, done)
+    _count_stragglers(s, b, P, c)
+    s.commit()
+    return s, act
+
+
+def _snapshot(s, b, act):
+    """Under the lock: take the deposits and flags for this round, reset
+    them for the next."""
+    c = s.copy(b["send"], b["pending"], after=[act], locked=True)
+    c = s.copy(b["pending"], b["identity"], after=[c], locked=True)
+    c = s.copy(b["meta_send"], b["flag"], after=[c], locked=True)
+    c = s.copy(b["flag"], b["reset"], after=[c], locked=True)
+    c = s.copy(b["prev_seq"], b["round_seq"], after=[c], locked=True)
+    c = s.copy(b["round_seq"], b["dep_seq"], after=[c], locked=True)
+    return s.reduce(b["snaps"], b["one"], SUM, after=[c], locked=True)
+
+
+def _accumulate(s, b, op, done):
+    """Under the lock: the round's result into ``acc`` (catch-up) or in
+    place of it (latest only, the one it replaces into ``skipped``), and
+    the round's bookkeeping from the meta sums."""
+    if "skipped" not in b:
+        c = s.reduce(b["acc"], b["recv"], op, after=[done], locked=True)
+    else:
+        c = s.reduce(b["skipped"], b["acc"], op, after=[done], locked=True)
+        c = s.copy(b["acc"], b["recv"], after=[c], locked=True)
+    c = s.reduce(b["acc_rounds"], b["one"], SUM, after=[c], locked=True)
+    c = s.copy(b["acc_seq"], b["round_seq"], after=[c], locked=True)
+    # this round holds the deposits numbered (prev_seq, round_seq]
+    c = s.copy(b["acc_lo"], b["prev_seq"], after=[c], locked=True)
+    meta = b["meta_recv"]
+    c = s.copy(b["last_active"], meta[0:1], after=[c], locked=True)
+    c = s.copy(b["last_flush"], meta[1:2], after=[c], locked=True)
+    c = s.copy(b["last_bypass"], meta[2:3], after=[c], locked=True)
+    return s.reduce(b["flush_total"], meta[1:2], SUM, after=[c], locked=True)
+
+
+def _count_stragglers(s, b, P, c):
+    """Under the lock: the straggler counters (the same on every rank:
+    from the meta sums), over plain rounds only (no flush or bypass
+    mark)."""
+    plain, late, meta = b["plain"], b["late"], b["meta_recv"]
+    c = s.copy(plain, b["ones"], after=[c], locked=True)
+    c = s.reduce(plain, meta[3 + P:], LXOR, after=[c], locked=True)
+    c = s.copy(late, meta[3:3 + P], after=[c], locked=True)
+    c = s.reduce(late, plain, PROD, after=[c], locked=True)
+    c = s.reduce(b["late_total"], late, SUM, after=[c], locked=True)
+    c = s.reduce(b["lag"], late, SUM, after=[c], locked=True)
+    c = s.reduce(b["lag"], late, PROD, after=[c], locked=True)
+    c = s.reduce(b["lag_total"], b["lag"], SUM, after=[c], locked=True)
+    s.reduce(b["stat_rounds"], plain[0:1], SUM, after=[c], locked=True)

@@ -1,0 +1,66 @@
+"""The straggler report of a partial allreduce object (Horovod's stall
+inspector, for a partial collective): which ranks' data missed rounds.
+
+The counters live in the object's schedule (:mod:`.schedule` counts them
+from the meta allreduce, the same on every rank); this module reads them
+and warns, once, when a few ranks are late most of the time.
+"""
+import logging
+
+import numpy as np
+
+log = logging.getLogger("partialcoll")
+#: the warning looks at this many recent plain rounds
+LATE_WINDOW = 100
+
+
+class StragglerWatch:
+    """Warns once (``partialcoll`` logger) when some ranks, not all, were
+    late in most of the last :data:`LATE_WINDOW` rounds.  Fed every
+    LATE_WINDOW / 4 rounds with the running per-rank late counts."""
+
+    def __init__(self, size):
+        self.size = size
+        self.seen = []            # (stat_rounds, late_total)
+        self.warned = False
+
+    def due(self, stat_rounds):
+        """Whether :meth:`observe` wants the counts at ``stat_rounds``."""
+        return not self.warned and (
+            not self.seen or
+            stat_rounds - self.seen[-1][0] >= LATE_WINDOW // 4)
+
+    def observe(self, stat_rounds, late, label):
+        """The per-rank late counts ``late`` after ``stat_rounds`` plain
+        rounds of the object called ``label``."""
+        seen = self.seen
+        seen.append((stat_rounds, late))
+        while len(seen) > 1 and stat_rounds - seen[1][0] >= LATE_WINDOW:
+            seen.pop(0)
+        r0, late0 = seen[0]
+        span = stat_rounds - r0
+        if span < LATE_WINDOW:
+            return
+        slow = np.flatnonzero(2 * (late - late0) > span)
+        if 0 < slow.size < self.size:
+            self.warned = True
+            log.warning("%s: rank(s) %s were late (their data missed the "
+                        "round and was carried into a later one) in most of "
+                        "the last %d rounds; stats()['late_share'] has every "
+                        "rank's share", label,
+                        ", ".join(map(str, slow.tolist())), span)
+
+
+def report(meta, size, calls, skipped):
+    """The straggler report from an object's bookkeeping buffers ``meta``
+    (read under its data lock): see
+    :meth:`~partialcoll.collectives.partial.PartialAllreduce.stats`."""
+    n = int(meta["stat_rounds"][0])
+    late, lag = meta["late_total"], meta["lag_total"]
+    share = late / n if n else np.zeros(size)
+    mean_lag = lag / n if n else np.zeros(size)
+    return {"rounds": n, "calls": calls,
+            "late_share": [round(float(v), 4) for v in share],
+            "mean_lag": [round(float(v), 3) for v in mean_lag],
+            "slowest": int(np.argmax(share)) if n else None,
+            "skipped": skipped}

@@ -1,0 +1,68 @@
+"""Control collectives: the library's own mpi4py collectives (consistency
+checks at creation, flush and close), waited for without busy-polling.
+
+They run on a library communicator's ``ctl`` duplicate (:mod:`.libcomm`),
+so they never match the program's own messages.
+"""
+import time
+
+from mpi4py import MPI
+
+from .errors import ScheduleError
+
+
+def wait_for(req, longest=0.002):
+    """Wait for an mpi4py request with Test() and a sleeping back-off (from
+    20 us, doubling, up to ``longest`` s): never a busy wait, for control
+    collectives that may wait long for a slow rank."""
+    delay = 20e-6
+    while not req.Test():
+        time.sleep(delay)
+        delay = min(2 * delay, longest)
+
+
+def arrive(comm):
+    """Wait, sleeping (:func:`wait_for`), until every rank of ``comm`` has
+    arrived: an Ibarrier.  A blocking mpi4py collective right after it
+    finds every rank there.  Without it, ranks that come early busy-poll
+    inside MPICH; with more ranks than cores that took the CPU from the
+    slow rank and from the progress threads, and a P = 5 test suite on two
+    cores stalled for tens of seconds (bench/RESULTS.md)."""
+    wait_for(comm.Ibarrier(), longest=0.001)
+
+
+def disagreements(comm, mine):
+    """Allgather the dict ``mine`` (collective).  Returns (everyone, the
+    keys whose values are not the same on every rank)."""
+    arrive(comm)
+    everyone = comm.allgather(mine)
+    bad = [k for k in mine if any(d.get(k) != mine[k] for d in everyone)]
+    return everyone, bad
+
+
+def require_same(lc, what, mine):
+    """Collective over lc.ctl: raise the same ScheduleError on every rank
+    unless ``mine`` (a dict of creation arguments) is equal everywhere."""
+    everyone, bad = disagreements(lc.ctl, mine)
+    if bad:
+        raise ScheduleError(f"{what} created with different arguments on "
+                            f"different ranks (" + "; ".join(
+                                per_rank(everyone, k) for k in bad) + ")")
+
+
+def per_rank(everyone, key):
+    """'key: rank 0=..., rank 1=...' for an error message."""
+    return f"{key}: " + ", ".join(f"rank {r}={d.get(key)!r}"
+                                  for r, d in enumerate(everyone))
+
+
+def world_ranks(comm):
+    """[the MPI_COMM_WORLD rank of each rank of ``comm``] (the emulated
+    network and the timelines number ranks in MPI_COMM_WORLD)."""
+    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        return list(MPI.Group.Translate_ranks(
+            group, list(range(comm.Get_size())), world))
+    finally:
+        group.Free()
+        world.Free()
