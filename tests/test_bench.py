@@ -10,7 +10,8 @@ import pytest
 from mpi4py import MPI
 
 from partialcoll.bench import (aware, hyperplane, latency, lstm, netcal,
-                               overhead, overlap, rps, rps_colocated, sweep)
+                               overhead, overlap, rps, rps_colocated,
+                               rps_model, sweep)
 
 pytestmark = pytest.mark.mpi
 
@@ -277,14 +278,14 @@ def test_rps_loss_is_the_average_model_on_all_data():
     """The rps benchmarks' loss (both tables) is the loss of the ranks'
     average model on the whole training set, not each rank's own."""
     comm = MPI.COMM_WORLD
-    X, y = rps.digits()
-    params = rps.MLP(8, seed=comm.rank).params       # a different model each
-    got = rps.evaluate(params, X, y, comm)
-    mean = [sum(rps.MLP(8, seed=r).params[k] for r in range(comm.size)) /
+    X, y = rps_model.digits()
+    params = rps_model.MLP(8, seed=comm.rank).params       # a different model each
+    got = rps_model.evaluate(params, X, y, comm)
+    mean = [sum(rps_model.MLP(8, seed=r).params[k] for r in range(comm.size)) /
             comm.size for k in range(4)]
-    assert got == pytest.approx(rps.MLP.loss(mean, X, y), rel=1e-12)
+    assert got == pytest.approx(rps_model.MLP.loss(mean, X, y), rel=1e-12)
     if comm.size > 1:
-        assert got != pytest.approx(rps.MLP.loss(params, X, y), rel=1e-6)
+        assert got != pytest.approx(rps_model.MLP.loss(params, X, y), rel=1e-6)
 
 
 @pytest.mark.max_ranks(4)

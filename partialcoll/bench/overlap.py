@@ -242,7 +242,7 @@ def run_mode(torch, pct, mode, args, data, comm):
         if not torch.equal(a, b):
             raise AssertionError("sync: the overlapped copy's parameters "
                                  "differ from the plain copy's")
-    return times, info, len(opts["plain"].averager._buckets)
+    return times, info, opts["plain"].averager.bucket_count
 
 
 def run(args, comm=MPI.COMM_WORLD):

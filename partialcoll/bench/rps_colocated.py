@@ -35,7 +35,7 @@ running beside them.  Reported per setting:
   loss              the final training loss of the average of the workers'
                     models on the whole training set (mean +- std over
                     seeds): the metric of the main ``rps`` table
-                    (:func:`.rps.evaluate`).
+                    (:func:`.rps_model.evaluate`).
 
 ``--plot`` draws service latency (p50 and p99) against final loss, one
 point per buffer; ``--from-csv`` redraws it from a CSV this mode wrote.
@@ -50,7 +50,7 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from . import rps
+from . import rps_model
 from ._common import emit, progress, pyplot, real, save_plot, whole
 
 COLUMNS = ["weight", "buffer", "service_p50_ms", "service_p99_ms",
@@ -170,7 +170,7 @@ def run_setting(weight, buffer, seed, args, X, y, comm):
     req = svc.post()
     while pc.now() < t0:
         time.sleep(0.01)
-    losses, _, share = rps.train("rps", None, seed, args, X, y, comm)
+    losses, _, share = rps_model.train("rps", None, seed, args, X, y, comm)
     t_end = comm.allreduce(pc.now(), op=MPI.MAX)
     req.wait(timeout=args.horizon + 60)
     pc.timeline.disable()
@@ -192,7 +192,7 @@ def estimate_horizon(args, X, y, comm):
     short.iters, short.every = 20, 20
     pc.network.enable(network(1, "unlimited", args.rate))
     t = time.monotonic()
-    rps.train("rps", None, 0, short, X, y, comm)
+    rps_model.train("rps", None, 0, short, X, y, comm)
     per_iter = comm.allreduce(time.monotonic() - t, op=MPI.MAX) / 20
     pc.network.disable()
     return 1.5 * per_iter * args.iters + 1.0
@@ -200,7 +200,7 @@ def estimate_horizon(args, X, y, comm):
 
 def block_bytes(args, P):
     """Bytes of one RPS block (the message size) for this model and P."""
-    n = sum(a.size for a in rps.MLP(args.hidden, 0).params)
+    n = sum(a.size for a in rps_model.MLP(args.hidden, 0).params)
     return -(-n // P) * 8
 
 
@@ -210,7 +210,7 @@ def run(args, comm=MPI.COMM_WORLD):
         if args.plot and comm.rank == 0:
             plot(rows, args.plot, f"from {args.from_csv}")
         return rows
-    X, y = rps.digits()
+    X, y = rps_model.digits()
     if args.horizon is None:
         args.horizon = estimate_horizon(args, X, y, comm)
     settings = [(w, b.strip()) for w in args.weights.split(",")

@@ -229,9 +229,16 @@ class EagerAverager:
         self.started_early = 0      # buckets started by offer() so far
         self._stash = {}            # bucket -> [raw sum, rounds, round]
         self._new_step()
-        self._closed = False
+        self.closed = False         # close() was called
         EagerAverager._created += 1
-        self._order = EagerAverager._created    # the same on every rank
+        # creation order, the same on every rank: collective clean-ups
+        # (optimizers closed at exit) go through averagers in this order
+        self.order = EagerAverager._created
+
+    @property
+    def bucket_count(self):
+        """How many buckets the gradients travel in."""
+        return len(self._buckets)
 
     def _read_arguments(self, templates, mode, sync_every, bucket_bytes,
                         seed, names, device, priorities, partition_bytes, op,
@@ -408,14 +415,14 @@ class EagerAverager:
     def close(self):
         """Collective: flush and free.  Returns what :meth:`flush` returns
         (apply it, or pending gradients are lost).  Idempotent."""
-        if self._closed:
+        if self.closed:
             return None
         final = self.flush()
         for b in self._buckets:
             for c in b.colls:
                 c.close()
         self._lc.release()
-        self._closed = True
+        self.closed = True
         return final
 
     # -- a step in parts ----------------------------------------------------
@@ -573,7 +580,7 @@ class EagerAverager:
         return out
 
     def _check_open(self):
-        if self._closed:
+        if self.closed:
             raise ScheduleError("this eager-SGD averager is closed")
 
     def __enter__(self):
@@ -597,7 +604,7 @@ class AveragerFront:
     def close(self):
         """Collective: flush (applied), then free the communication
         resources.  Idempotent."""
-        if self.averager._closed:
+        if self.averager.closed:
             return None
         return self._apply_result(self.averager.close())
 

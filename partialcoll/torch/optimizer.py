@@ -466,7 +466,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     def close(self):
         """Collective: flush (applied), then free the communication
         resources and the gradient hooks.  Idempotent."""
-        if self.averager._closed:
+        if self.averager.closed:
             return None
         self._abandon(why="close()")
         if self._local is not None:
@@ -617,6 +617,6 @@ def _live_optimizers(comm):
     """Open EagerOptimizers over the ranks of ``comm``, in creation order
     (the same on every rank)."""
     same = (MPI.IDENT, MPI.CONGRUENT)
-    live = [o for o in _OPTIMIZERS if not o.averager._closed
+    live = [o for o in _OPTIMIZERS if not o.averager.closed
             and MPI.Comm.Compare(o.averager.comm, comm) in same]
-    return sorted(live, key=lambda o: o.averager._order)
+    return sorted(live, key=lambda o: o.averager.order)
