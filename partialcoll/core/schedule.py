@@ -24,7 +24,7 @@ application triggers) executed in *rounds* by the C progress thread; see
   on the schedule's own stream, which waits for the caller's stream at every
   post.  Sends and receives of device memory go to a CUDA-aware MPI
   directly, or are staged through pinned host memory by copy ops the
-  schedule adds itself (see ``partialcoll/devices.py``).  ``fence()``
+  schedule adds itself (see :func:`partialcoll.gpu_path`).  ``fence()``
   completes once the device work queued before it has run.
 
 Example (two ranks exchange and sum a vector)::
@@ -48,30 +48,18 @@ from mpi4py import MPI
 
 from .. import _core
 from . import descriptors, devices, libcomm
-from .errors import ScheduleError, ScheduleFreedError
 from .checks import check_comm, require_thread_multiple
-from .ops import OPS, as_op, check_op_dtype, dtype_code
+from .errors import ScheduleError, ScheduleFreedError
+from .graph import ALL, ANY, KIND_NAMES, GraphBuilder
 from .request import RoundRequest
-from .slots import (DEVICE, HOST, BufRef, DataLock, RoundOutcomes, Slot,
-                    as_ref, nanoseconds, op_param, op_priority, wait_seconds,
-                    whole)
+from .slots import DEVICE, DataLock, RoundOutcomes, Slot, wait_seconds, whole
 
-SUM = OPS["SUM"]
+__all__ = ["ALL", "ANY", "KIND_NAMES", "Schedule", "Slot", "free_all"]
 
-_C = _core.constants()
-ALL, ANY, ATLEAST = _C["ALL"], _C["ANY"], _C["ATLEAST"]
-KIND_NAMES = _C["kinds"]            # op kind code -> name, from the C core
 _LIVE = weakref.WeakSet()          # every committed schedule, freed at exit
 
 
-def _address(peer, tag, traffic_class):
-    """A send's or receive's peer, tag and traffic class, checked (the peer
-    against the communicator's size when the schedule is committed)."""
-    return (whole(peer, "peer"), whole(tag, "tag"),
-            whole(traffic_class, "traffic_class", 0, _C["NCLASS"] - 1))
-
-
-class Schedule:
+class Schedule(GraphBuilder):
     """A graph of operations executed asynchronously by the C progress thread.
 
     Args:
@@ -107,291 +95,6 @@ class Schedule:
         self._backend = self._device_id = self._path = self._stream = None
         self._shadows = {}      # device slot index -> its pinned host Slot
 
-    # -- building -------------------------------------------------------
-    def buffer(self, array=None, *, dtype=None, size=None, writable=None,
-               name=None, device=False):
-        """Declare a buffer slot, optionally binding ``array`` to it now.
-
-        A device array (CuPy) makes it a device slot; ``device=True`` declares
-        an unbound device slot on the device of the schedule's other device
-        buffers."""
-        self._check_building()
-        space = DEVICE if device else HOST
-        if array is not None:
-            backend = devices.backend_of(array)
-            if backend is not None:
-                arr = devices.flat(backend, array)
-                self.use_device(backend, backend.device_id(array))
-                space = DEVICE
-            else:
-                arr = np.asarray(array) if not isinstance(array, np.ndarray) \
-                    else array
-                if device:
-                    raise ScheduleError("device=True needs a device array")
-            dtype, size = arr.dtype, arr.size
-            if writable is None:
-                writable = bool(getattr(arr.flags, "writeable", True))
-        if dtype is None or size is None:
-            raise ScheduleError("buffer() needs an array or dtype= and size=")
-        if space == DEVICE and self._backend is None:
-            raise ScheduleError("device=True: the schedule has no device yet "
-                                "(bind a device array first or call "
-                                "use_device())")
-        dtype_code(dtype)
-        slot = Slot(len(self._slots), dtype, int(size),
-                    True if writable is None else bool(writable),
-                    name or f"b{len(self._slots)}", space)
-        self._slots.append(slot)
-        if array is not None:
-            self._arrays[slot.index] = array
-        return slot
-
-    def use_device(self, backend, device_id):
-        """Tie the schedule to one device (done by the first device buffer).
-        Fixes how its device messages reach MPI (:func:`gpu_path`)."""
-        self._check_building()
-        if self._backend is None:
-            self._backend, self._device_id = backend, device_id
-            self._path, self._chunk = devices.gpu_path(), devices.chunk_bytes()
-        elif (backend, device_id) != (self._backend, self._device_id):
-            raise ScheduleError("a schedule's device buffers must all be on "
-                                "one device")
-
-    @property
-    def gpu_path(self):
-        """``"cuda-aware"`` or ``"staged"`` (None without device buffers)."""
-        return self._path
-
-    def _add(self, kind, after=(), mode=ALL, optional=False, stamped=False,
-             a=None, b=None, op=None, peer=-1, tag=0, priority=None, need=None,
-             locked=False, delivered=False, **extra):
-        self._check_building()
-        deps = [after] if isinstance(after, (int, np.integer)) else list(after)
-        deps = list(dict.fromkeys(int(d) if isinstance(d, np.integer) else d
-                                  for d in deps))
-        for d in deps:
-            if not isinstance(d, (int, np.integer)) or not 0 <= d < len(self._ops):
-                raise ScheduleError(f"dependency {d!r} is not an op of this "
-                                    "schedule (ops can only depend on earlier ops)")
-        if need is not None:
-            if not 1 <= need <= len(deps):
-                raise ScheduleError(f"need={need} but the op has {len(deps)} "
-                                    "dependencies")
-            mode = ATLEAST
-        elif mode not in (ALL, ANY):
-            raise ScheduleError("mode must be partialcoll.ALL or partialcoll.ANY")
-        if a is not None and b is not None and a.count != b.count:
-            raise ScheduleError(f"{a} and {b} have different lengths")
-        if a is not None and b is not None and a.slot.dtype != b.slot.dtype:
-            raise ScheduleError(f"{a} and {b} have different dtypes")
-        if kind == _C["REDUCE"] and a.slot.space != b.slot.space:
-            raise ScheduleError(f"a reduction cannot mix host and device "
-                                f"buffers ({a} and {b})")
-        priority, prio_param = op_priority(self.priority if priority is None
-                                         else priority)
-        for ref in (a, b, extra.get("param"), prio_param):
-            if ref is not None and (ref.slot.index >= len(self._slots) or
-                                    self._slots[ref.slot.index] is not ref.slot):
-                raise ScheduleError(f"{ref} is a buffer of another schedule")
-        self._ops.append(dict(kind=kind, deps=[int(d) for d in deps], mode=mode,
-                              optional=optional, stamped=stamped, a=a, b=b,
-                              op=op, peer=int(peer), tag=int(tag),
-                              priority=priority, prio_param=prio_param,
-                              need=need or 0,
-                              locked=locked, delivered=bool(delivered),
-                              **extra))
-        return len(self._ops) - 1
-
-    def nop(self, after=(), mode=ALL, optional=False, need=None, locked=False,
-            delivered=False):
-        """A no-op: completes as soon as its dependencies allow (all of them,
-        any of them, or ``need`` of them).  ``delivered=True`` counts only
-        inputs that were delivered (see :meth:`recv`); when too many failed
-        for ``need`` to be reached the op ends ``SKIPPED``."""
-        return self._add(_C["NOP"], after, mode, optional, need=need,
-                         locked=locked, delivered=delivered)
-
-    def trigger(self, optional=False):
-        """A NOP that only :meth:`fire` completes (the internal activation)."""
-        return self._add(_C["TRIGGER"], (), ALL, optional)
-
-    def send(self, buf=None, peer=0, tag=0, *, after=(), mode=ALL,
-             optional=False, stamped=False, priority=None, order=None,
-             traffic_class=0, delivered=False):
-        """Send ``buf`` (a slot or slot[a:b]) to ``peer``.
-
-        ``stamped=True`` sends no data, only the round number (activation
-        messages).  ``priority``: ready ops start lowest number first, and
-        when a cap on sends in flight per destination is set
-        (:func:`partialcoll.set_send_cap`) queued sends leave lowest number
-        first; an int, or an int64 ``slot[i:i+1]`` read each time the op
-        becomes ready (any op takes one).  ``order=k`` (an int, or a
-        one-element int64 ``slot[i:i+1]`` read each round): the send leaves
-        only after this schedule released k earlier ordered sends to
-        ``peer`` in the round (a counter gate; number them 0..n-1 per peer).
-        ``traffic_class`` picks the emulated network's drop probability
-        (:mod:`partialcoll.transport.network`)."""
-        a = None if stamped else as_ref(buf)
-        peer, tag, traffic_class = _address(peer, tag, traffic_class)
-        order, param = op_param(order, np.int64, "order")
-        if stamped and (order >= 0 or param is not None):
-            raise ScheduleError("a stamped send cannot have an order")
-        if a is not None and a.slot.device and self._path == "staged":
-            return self._staged(a, True, peer, tag, after, mode, optional,
-                                priority, order=order, param=param,
-                                tclass=traffic_class)
-        return self._add(_C["SEND"], after, mode, optional, stamped, a=a,
-                         peer=peer, tag=tag, priority=priority, order=order,
-                         param=param, tclass=traffic_class,
-                         delivered=delivered)
-
-    def recv(self, buf=None, peer=0, tag=0, *, after=(), mode=ALL,
-             optional=False, stamped=False, priority=None, timeout=None,
-             traffic_class=0, delivered=False):
-        """Receive into ``buf`` from ``peer``.  A stamped receive has no
-        dependencies and stays posted for the life of the schedule.
-
-        A receive ends ``DELIVERED``, ``DROPPED`` (the emulated network
-        says the message was lost) or ``TIMEDOUT``: ``timeout`` seconds
-        after it became ready (default: never).  A reduce, copy or scale
-        that depends directly on a receive that was not delivered does
-        nothing.  A message that arrives after its receive timed out is
-        discarded (``stats["late"]``), never taken by a later round."""
-        a = None if stamped else as_ref(buf)
-        peer, tag, traffic_class = _address(peer, tag, traffic_class)
-        if stamped and after:
-            raise ScheduleError("a stamped receive cannot have dependencies")
-        if stamped and timeout is not None:
-            raise ScheduleError("a stamped receive cannot time out")
-        if a is not None and not a.slot.writable:
-            raise ScheduleError(f"receive buffer {a} is read-only")
-        t = -1 if timeout is None else nanoseconds(timeout, "timeout")
-        if a is not None and a.slot.device and self._path == "staged":
-            return self._staged(a, False, peer, tag, after, mode, optional,
-                                priority, timeout=t, tclass=traffic_class)
-        return self._add(_C["RECV"], after, mode, optional, stamped, a=a,
-                         peer=peer, tag=tag, priority=priority, timeout=t,
-                         tclass=traffic_class, delivered=delivered)
-
-    def delay(self, seconds, *, after=(), mode=ALL, optional=False, need=None,
-              delivered=False, priority=None):
-        """Completes ``seconds`` after it becomes ready, using no CPU (the
-        progress thread sleeps until the earliest deadline): stands in for
-        compute.  ``seconds`` is a number, or a one-element float64
-        ``slot[i:i+1]`` read when the op becomes ready (a different length
-        each round)."""
-        value, param = op_param(seconds, np.float64, "seconds")
-        return self._add(_C["DELAY"], after, mode, optional, need=need,
-                         value=value, param=param, delivered=delivered,
-                         priority=priority)
-
-    def start_at(self, when, *, after=(), mode=ALL, optional=False, need=None,
-                 delivered=False, priority=None):
-        """Completes at the absolute time ``when`` on the executor's clock
-        (:func:`partialcoll.now`, the same on every process of a host), or
-        at once if that time has passed.  ``when``: a number or a
-        one-element float64 ``slot[i:i+1]`` read when the op becomes
-        ready."""
-        value, param = op_param(when, np.float64, "when")
-        return self._add(_C["START_AT"], after, mode, optional, need=need,
-                         value=value, param=param, delivered=delivered,
-                         priority=priority)
-
-    def gate(self, *, after=(), mode=ALL, optional=False, need=None,
-             delivered=False, priority=None):
-        """An op that becomes ready by its dependencies but completes only
-        when the application opens it: ``op, rnd = s.wait_gate()`` returns
-        the next ready gate (blocking, no polling), ``s.open_gate(op, rnd)``
-        completes it (e.g. a parameter server applying an update between a
-        receive and the next send)."""
-        return self._add(_C["GATE"], after, mode, optional, need=need,
-                         delivered=delivered, priority=priority)
-
-    def scale(self, buf, count_of, add=0, *, after=(), mode=ALL,
-              optional=False, need=None, locked=False, delivered=False):
-        """``buf /= (delivered inputs of op count_of this round + add)``:
-        averaging over the messages that arrived (float and complex
-        buffers).  Does nothing when the divisor is 0."""
-        a = as_ref(buf)
-        if a.slot.dtype.kind not in "fc":
-            raise ScheduleError(f"scale needs a float or complex buffer, {a} "
-                                f"is {a.slot.dtype}")
-        if not a.slot.writable:
-            raise ScheduleError(f"scale target {a} is read-only")
-        if not isinstance(count_of, (int, np.integer)) or \
-                not 0 <= count_of < len(self._ops):
-            raise ScheduleError(f"count_of={count_of!r} is not an op of this "
-                                "schedule")
-        return self._add(_C["SCALE"], after, mode, optional, a=a, need=need,
-                         locked=locked, ref=int(count_of), add=int(add),
-                         delivered=delivered)
-
-    def _staged(self, ref, sending, peer, tag, after, mode, optional,
-                priority, **extra):
-        """A device message through pinned host memory: the slot's host
-        mirror takes the same element range.  Cut into pieces, each copied
-        (device -> host, then sent; or received, then host -> device) on its
-        own, so copying one piece overlaps moving another.  The pieces share
-        peer and tag: the executor posts them in order on both sides.
-        Returns the op that completes the whole message."""
-        host = self._shadows.get(ref.slot.index)
-        if host is None:
-            host = Slot(len(self._slots), ref.slot.dtype, ref.slot.size, True,
-                        f"{ref.slot.name}@host")
-            self._slots.append(host)
-            self._shadows[ref.slot.index] = host
-        step = max(1, self._chunk // ref.slot.dtype.itemsize)
-        ends = []
-        for lo in range(ref.start, ref.start + max(ref.count, 1), step):
-            n = min(step, ref.start + ref.count - lo)
-            dev, hst = BufRef(ref.slot, lo, n), BufRef(host, lo, n)
-            if sending:
-                c = self._add(_C["COPY"], after, mode, optional, a=hst, b=dev)
-                ends.append(self._add(_C["SEND"], [c], ALL, optional, a=hst,
-                                      peer=peer, tag=tag, priority=priority,
-                                      **extra))
-            else:
-                r = self._add(_C["RECV"], after, mode, optional, a=hst,
-                              peer=peer, tag=tag, priority=priority, **extra)
-                ends.append(self._add(_C["COPY"], [r], ALL, optional, a=dev,
-                                      b=hst))
-        if len(ends) == 1:
-            return ends[0]
-        return self._add(_C["NOP"], ends, ALL, optional)
-
-    def reduce(self, dst, src, op=SUM, *, after=(), mode=ALL, optional=False,
-               need=None, locked=False):
-        """``dst = dst op src`` elementwise, on the executing thread."""
-        op = as_op(op)
-        dst, src = as_ref(dst), as_ref(src)
-        check_op_dtype(op, dst.slot.dtype)
-        if not dst.slot.writable:
-            raise ScheduleError(f"reduction target {dst} is read-only")
-        if dst.slot is src.slot and dst.start < src.start + src.count and \
-                src.start < dst.start + dst.count:
-            raise ScheduleError(f"a reduction's buffers must not overlap "
-                                f"({dst} and {src}): copy the source first")
-        return self._add(_C["REDUCE"], after, mode, optional, a=dst, b=src,
-                         op=op, need=need, locked=locked)
-
-    def copy(self, dst, src, *, after=(), mode=ALL, optional=False, need=None,
-             locked=False):
-        """``dst = src``."""
-        dst, src = as_ref(dst), as_ref(src)
-        if not dst.slot.writable:
-            raise ScheduleError(f"copy target {dst} is read-only")
-        return self._add(_C["COPY"], after, mode, optional, a=dst, b=src,
-                         need=need, locked=locked)
-
-    def fence(self, after=(), mode=ALL, optional=False):
-        """Completes once every device op queued before it has run (at once
-        in a schedule without device buffers)."""
-        return self._add(_C["FENCE"], after, mode, optional)
-
-    def __len__(self):
-        return len(self._ops)
-
-    # -- commit / bind / post -------------------------------------------
     def commit(self):
         """Validate the graph and hand it to the C core (done by post())."""
         if self._sched is not None:
@@ -528,7 +231,7 @@ class Schedule:
                              np.frombuffer(t_wire, np.float64))
 
     def wait_gate(self, timeout=None):
-        """Block (GIL released, no polling) until a :meth:`gate` op of this
+        """Block (GIL released, no polling) until a :meth:`~partialcoll.Schedule.gate` op of this
         schedule is ready; returns ``(op, round)``.  Raises WaitTimeout."""
         return self._core_sched().wait_gate(wait_seconds(timeout))
 
@@ -617,20 +320,6 @@ class Schedule:
         if self._sched is None:
             raise ScheduleError("the schedule is not committed; call post()")
         return self._sched
-
-    def _check_building(self):
-        if self._freed:
-            raise ScheduleFreedError("the schedule has been freed")
-        if self._sched is not None:
-            raise ScheduleError("the schedule is committed; no more ops")
-
-    # -- looking at it ----------------------------------------------------
-    def to_dot(self, name="schedule"):
-        """The graph in Graphviz DOT.  Dashed boxes fire on ANY input; grey
-        ones are optional; edges point from predecessor to successor."""
-        from .dot import to_dot
-        return to_dot(self._ops, KIND_NAMES, ALL, name)
-
 
 @libcomm.register("free_at_exit")
 def free_all():

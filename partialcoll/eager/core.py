@@ -16,81 +16,20 @@ what synchronous SGD applies, only at different steps.
 import numpy as np
 from mpi4py import MPI
 
+from ..collectives.allreduce import iallreduce
 from ..core import control, devices, libcomm
 from ..core.buffers import as_array
-from ..core.errors import ScheduleError
 from ..core.checks import check_comm
-from ..collectives.broadcast import agree as agree_or_raise
-from ..collectives.allreduce import iallreduce
+from ..core.errors import ScheduleError
 from ..collectives.partial import (MajorityAllreduce, QuorumAllreduce,
                                    SoloAllreduce)
 from ._buckets import (check_order, check_priorities, memory_of,
                        partial_buckets, plan_buckets, prioritise, spec,
                        sync_buckets)
 from ._checks import (SYNC_MODES, check_compression_for_mode, check_count,
-                      check_mode, check_op, check_predivide, check_seed,
-                      describe_gradient_mismatch)
-
-
-def _problem(error):
-    """An argument error as the line every rank reports."""
-    return str(error) if isinstance(error, ScheduleError) else \
-        f"{type(error).__name__}: {error}"
-
-
-def agree_on_setup(ctl, mine, problem):
-    """Collective over ``ctl``: raise the same ScheduleError on every rank
-    when a rank found a ``problem`` in its arguments (a string; its
-    ``mine`` is then None) or the ranks' ``mine`` dicts differ.  One
-    allgather (:func:`partialcoll.broadcast.agree`, root 0 standing for
-    "no root")."""
-    everyone = agree_or_raise(ctl, "eager-SGD setup refused", 0, mine, problem)
-    bad = [k for k in mine if any(d.get(k) != mine[k] for d in everyone)]
-    if not bad:
-        return
-    lines = [describe_gradient_mismatch([d[k] for d in everyone])
-             if k == "gradients" else control.per_rank(everyone, k)
-             for k in bad]
-    raise ScheduleError("eager-SGD set up differently on different ranks: "
-                        + "; ".join(lines))
-
-
-def refuse_setup(comm, problem):
-    """Collective: for a wrapper that found ``problem`` (an exception) in
-    its own arguments before it could make its :class:`EagerAverager`:
-    joins the agreement the other ranks' averagers run, so the same
-    ScheduleError is raised on every rank instead of a hang.  Never
-    returns."""
-    comm = check_comm(comm)
-    agree_on_setup(libcomm.library_comm(comm).ctl, None, _problem(problem))
-
-
-class StepInfo:
-    """What one eager-SGD step did, for logging.
-
-    Attributes:
-        step: this rank's step number (1-based; 0 for a flush).
-        active: processes whose fresh gradient was in the round applied
-            (the paper's NAP; P for ``"sync"``).
-        included: whether this rank's gradient of this step is in the
-            update just applied (if not, it is carried to a later round).
-        rounds: how many rounds of the partial allreduce the update combines
-            (more than 1 when this rank had fallen behind).
-        round: index of the latest round applied.
-    """
-
-    __slots__ = ("step", "active", "included", "rounds", "round")
-
-    def __init__(self, step, active, included, rounds, round):
-        self.step, self.active, self.included = step, active, included
-        self.rounds, self.round = rounds, round
-
-    def as_dict(self):
-        return {k: getattr(self, k) for k in self.__slots__}
-
-    def __repr__(self):
-        return ("StepInfo(" + ", ".join(f"{k}={getattr(self, k)}"
-                                        for k in self.__slots__) + ")")
+                      check_mode, check_op, check_predivide, check_seed)
+from .agreement import agree_on_setup, describe_problem
+from .front import StepInfo
 
 
 class EagerAverager:
@@ -194,7 +133,7 @@ class EagerAverager:
             mine.update(dict(agree or {}))
             problem = None
         except (ScheduleError, TypeError, ValueError) as e:
-            mine, problem = None, _problem(e)
+            mine, problem = None, describe_problem(e)
         agree_on_setup(lc.ctl, mine, problem)
         order, bucket_bytes = mine["order"], mine["bucket_bytes"]
         seed, priorities = mine["seed"], mine["priorities"]
@@ -588,42 +527,3 @@ class EagerAverager:
 
     def __exit__(self, *exc):
         self.close()
-
-
-class AveragerFront:
-    """What the optimizer wrappers share: ``flush``, ``close``,
-    ``last_step`` and ``stats`` over ``self.averager``; the wrapper's
-    ``_apply(averaged)`` applies averaged gradients with its optimizer."""
-
-    def flush(self):
-        """Collective: apply every gradient still pending on any rank, as
-        one extra optimizer step on every rank (on none when nothing is
-        pending anywhere).  Returns its StepInfo or None."""
-        return self._apply_result(self.averager.flush())
-
-    def close(self):
-        """Collective: flush (applied), then free the communication
-        resources.  Idempotent."""
-        if self.averager.closed:
-            return None
-        return self._apply_result(self.averager.close())
-
-    def _apply_result(self, out):
-        if out is None:
-            return None
-        self._apply(out[0])
-        return out[1]
-
-    @property
-    def last_step(self):
-        """The latest step's :class:`~partialcoll.eager.StepInfo` (None
-        before the first): ``active`` (processes with fresh gradients,
-        NAP), ``included`` (this rank's gradient is in the update),
-        ``rounds``."""
-        return self.averager.last
-
-    def stats(self):
-        """Counters: steps, included, rounds, mean_active (average NAP), and
-        the straggler report (see
-        :meth:`partialcoll.eager.EagerAverager.stats`)."""
-        return self.averager.stats()

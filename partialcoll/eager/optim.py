@@ -13,7 +13,8 @@ of them (or your own) in one line::
 import numpy as np
 
 from ..core.errors import ScheduleError
-from .core import AveragerFront, EagerAverager
+from .core import EagerAverager
+from .front import AveragerFront
 
 
 class SGD:
@@ -106,7 +107,7 @@ class EagerOptimizer(AveragerFront):
 
     def step(self, grads):
         """Average ``grads`` (one per parameter, None for none) and apply
-        them.  Returns the step's :class:`~partialcoll.eager.core.StepInfo`."""
+        them.  Returns the step's :class:`~partialcoll.eager.StepInfo`."""
         avg, info = self.averager.reduce(grads)
         self._apply(avg)
         return info

@@ -21,12 +21,13 @@ except ImportError as e:            # pragma: no cover - depends on the env
 
 from ..collectives.broadcast import broadcast_object  # noqa: E402
 from ..collectives.staging import Compression  # noqa: E402
-from ..eager.core import StepInfo  # noqa: E402
+from ..eager import StepInfo  # noqa: E402
 from .allreduce import allreduce  # noqa: E402
 from .broadcast import (broadcast_optimizer_state,  # noqa: E402
                         broadcast_parameters)
 from .ddp import EagerHook, eager_comm_hook  # noqa: E402
-from .optimizer import EagerOptimizer, synchronize_model  # noqa: E402
+from .model_sync import synchronize_model  # noqa: E402
+from .optimizer import EagerOptimizer  # noqa: E402
 from .rps import RPSOptimizer  # noqa: E402
 
 #: Horovod's names for ``EagerOptimizer(op=...)``.

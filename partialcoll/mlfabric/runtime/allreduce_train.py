@@ -105,32 +105,18 @@ def train_allreduce(model, optimizer, comm=None, algorithm="ring",
     seed = check_seed(seed)
     comm = check_comm(comm)
     roles = Roles(comm.size, replica)
-    n_workers = len(roles.workers)       # the allreduce's ranks: 0..n-1
-    for name, ranks in (("root", [] if root is None else [root]),
-                        ("aggregators", aggregators
-                         if isinstance(aggregators, list) else [])):
-        if any(not 0 <= r < n_workers for r in ranks):
-            raise ValueError(f"{name} {ranks} must be ranks of the "
-                             f"{n_workers} workers' communicator "
-                             f"(0..{n_workers - 1})")
+    _check_worker_ranks(len(roles.workers), root, aggregators)
     model.params = comm.bcast(check_same_model(comm, model), root=0)
     member = comm.rank in roles.workers
     sub = comm.Split(0 if member else MPI.UNDEFINED, comm.rank)
     out = None
     if member:
-        reducer = _Reducer(sub, algorithm, np.asarray(model.params).size + 2,
-                           dict(aggregators=aggregators, root=root,
-                                monitor_lag=monitor_lag,
-                                monitor_window=monitor_window,
-                                initial_rate=initial_rate, seed=seed))
-        try:
-            out = _worker_loop(model, optimizer, sub, reducer, compute_time,
-                               stragglers, duration, max_iterations,
-                               target_loss, eval_every, seed)
-            out["scheduler"] = reducer.stats()
-        finally:
-            reducer.free()
-            sub.Free()
+        tree = dict(aggregators=aggregators, root=root,
+                    monitor_lag=monitor_lag, monitor_window=monitor_window,
+                    initial_rate=initial_rate, seed=seed)
+        out = _run_workers(model, optimizer, sub, algorithm, tree,
+                           (compute_time, stragglers, duration,
+                            max_iterations, target_loss, eval_every, seed))
     error = out.pop("error") if out is not None else None
     out = comm.bcast(out, root=roles.workers[0])
     failures = out.pop("failures")
@@ -138,6 +124,33 @@ def train_allreduce(model, optimizer, comm=None, algorithm="ring",
         raise TrainingError({roles.workers[r]: m
                              for r, m in failures.items()}) from error
     return out
+
+
+def _check_worker_ranks(n_workers, root, aggregators):
+    """``root`` and listed ``aggregators`` are ranks of the workers'
+    communicator (the allreduce's ranks: 0..n_workers - 1)."""
+    for name, ranks in (("root", [] if root is None else [root]),
+                        ("aggregators", aggregators
+                         if isinstance(aggregators, list) else [])):
+        if any(not 0 <= r < n_workers for r in ranks):
+            raise ValueError(f"{name} {ranks} must be ranks of the "
+                             f"{n_workers} workers' communicator "
+                             f"(0..{n_workers - 1})")
+
+
+def _run_workers(model, optimizer, sub, algorithm, tree, loop):
+    """The workers' training loop over their communicator ``sub`` (freed
+    here); ``tree``: DynamicTreeAllreduce's options, ``loop``: the loop's
+    settings."""
+    reducer = _Reducer(sub, algorithm, np.asarray(model.params).size + 2,
+                       tree)
+    try:
+        out = _worker_loop(model, optimizer, sub, reducer, *loop)
+        out["scheduler"] = reducer.stats()
+        return out
+    finally:
+        reducer.free()
+        sub.Free()
 
 
 class _Reducer:

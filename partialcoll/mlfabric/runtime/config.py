@@ -7,7 +7,41 @@ DISTRIBUTIONS = ("algorithm3", "one-copy", "earliest")
 
 
 class RunConfig:
-    """Settings of :func:`~.training.train` (see there for their meaning)."""
+    """Settings of :func:`~.training.train`, checked when made (a bad one
+    raises ValueError or TypeError naming it).
+
+    Args:
+        mode: "mlfabric", "async" or "mlfabric-s" (see ``train``).
+        tau_max: the delay bound (mode "mlfabric").
+        aggregators: k per batch (an int, drawn, or a list of ranks).
+        distributors: k° relays of the model (section 10.3; modes
+            "mlfabric" and "mlfabric-s"): pulls that come while the
+            server's last copies are still on their way are answered
+            together, once those have arrived or the oldest has waited
+            ``batch_interval``, over a distribution tree (Algorithm 3 on
+            the mirrored links),
+            its relays the requesters whose slower link (in or out) the
+            monitor reports fastest.  0 (default): the server sends every
+            copy.
+        distribution: the tree's shape, with ``distributors``:
+            "algorithm3" (default, section 10.3: the server sends to each
+            relay and to a direct group), "one-copy" (ours: the server
+            sends one copy per batch and the relays pass it on, for when
+            its outgoing link is the bottleneck) or "earliest" (ours:
+            each copy from the server or a relay, whichever would finish
+            it first by the monitor's rates, so slow relays are passed
+            by); see
+            :func:`~partialcoll.mlfabric.scheduler.dyntree.plan_relayed`.
+        replica, replica_aggregators, div_max: the replica (5.3).
+        batch_interval: seconds between batches (0.1, the paper's).
+        compute_time: seconds of emulated compute per step (a DELAY op).
+        stragglers: (r, s): a step is s times slower with probability r.
+        monitor_lag, monitor_window: the link monitor (0.2 s, 0.5 s).
+        initial_rate: bytes/s the scheduler assumes before any measurement.
+        duration, max_updates, target_loss: when to stop (the first met).
+        eval_every: seconds between loss evaluations at the server.
+        seed: aggregator draws and stragglers (a whole number >= 0).
+    """
 
     def __init__(self, mode="mlfabric", tau_max=None, aggregators=2,
                  replica=False, replica_aggregators=1, div_max=math.inf,

@@ -67,34 +67,9 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
         mode: "mlfabric" (ordering, aggregation, replication), "async"
             (plain asynchronous PS) or "mlfabric-s" (synchronous
             aggregation, section 6).
-        tau_max: the delay bound (mode "mlfabric").
-        aggregators: k per batch (an int, drawn, or a list of ranks).
-        distributors: k° relays of the model (section 10.3; modes
-            "mlfabric" and "mlfabric-s"): pulls that come while the
-            server's last copies are still on their way are answered
-            together, once those have arrived or the oldest has waited
-            ``batch_interval``, over a distribution tree (Algorithm 3 on
-            the mirrored links),
-            its relays the requesters whose slower link (in or out) the
-            monitor reports fastest.  0 (default): the server sends every
-            copy.
-        distribution: the tree's shape, with ``distributors``:
-            "algorithm3" (default, section 10.3: the server sends to each
-            relay and to a direct group), "one-copy" (ours: the server
-            sends one copy per batch and the relays pass it on, for when
-            its outgoing link is the bottleneck) or "earliest" (ours:
-            each copy from the server or a relay, whichever would finish
-            it first by the monitor's rates, so slow relays are passed
-            by); see :func:`.dyntree.plan_relayed`.
-        replica, replica_aggregators, div_max: the replica (5.3).
-        batch_interval: seconds between batches (0.1, the paper's).
-        compute_time: seconds of emulated compute per step (a DELAY op).
-        stragglers: (r, s): a step is s times slower with probability r.
-        monitor_lag, monitor_window: the link monitor (0.2 s, 0.5 s).
-        initial_rate: bytes/s the scheduler assumes before any measurement.
-        duration, max_updates, target_loss: when to stop (the first met).
-        eval_every: seconds between loss evaluations at the server.
-        seed: aggregator draws and stragglers (a whole number >= 0).
+        settings: the run's settings, checked up front: ``tau_max``,
+            ``aggregators``, ``distributors``, ``replica``, ``duration``
+            and the rest; see :class:`~partialcoll.mlfabric.runtime.config.RunConfig`.
     Returns a :class:`RunResult` on every rank.
 
     Every setting is checked on every rank before any message, and the
@@ -116,11 +91,7 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
     optimizer = optimizer or SGD(0.1)
     comm = check_comm(comm)
     roles = Roles(comm.size, cfg.replica)
-    for name in ("aggregators", "replica_aggregators"):
-        listed = getattr(cfg, name)
-        if isinstance(listed, list) and not set(listed) <= set(roles.workers):
-            raise ValueError(f"{name} {listed} must be worker ranks "
-                             f"({roles.workers})")
+    _check_listed_ranks(cfg, roles)
     dcomm, ctl = comm.Dup(), comm.Dup()
     try:
         start = ctl.bcast(check_same_model(ctl, model), root=0)
@@ -129,21 +100,36 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
                                        ctl)
         t0 = MPI.Wtime()
         final = role.run()
-        wall = MPI.Wtime() - t0
-        mine = _local(role, comm.rank, roles, final)
-        everyone = ctl.gather(mine, root=0)
-        result = _result(role, everyone, roles, cfg, wall) \
-            if comm.rank == 0 else None
-        ctl.Barrier()
-        ctl_messages(ctl)               # reports that came after the end
-        result = ctl.bcast(result, root=0)
-        if result.failures:
-            raise TrainingError(result.failures) from \
-                getattr(role, "error", None)
-        return result
+        return _share_result(ctl, role, roles, cfg, final, MPI.Wtime() - t0)
     finally:
         dcomm.Free()
         ctl.Free()
+
+
+def _check_listed_ranks(cfg, roles):
+    """Aggregators given as a list must be worker ranks."""
+    for name in ("aggregators", "replica_aggregators"):
+        listed = getattr(cfg, name)
+        if isinstance(listed, list) and not set(listed) <= set(roles.workers):
+            raise ValueError(f"{name} {listed} must be worker ranks "
+                             f"({roles.workers})")
+
+
+def _share_result(ctl, role, roles, cfg, final, wall):
+    """Gather every rank's view at rank 0, which makes the
+    :class:`RunResult`; every rank returns it (or raises
+    :class:`~.roles.TrainingError` when a rank's model failed)."""
+    rank = ctl.Get_rank()
+    mine = _local(role, rank, roles, final)
+    everyone = ctl.gather(mine, root=0)
+    result = _result(role, everyone, roles, cfg, wall) if rank == 0 else None
+    ctl.Barrier()
+    ctl_messages(ctl)               # reports that came after the end
+    result = ctl.bcast(result, root=0)
+    if result.failures:
+        raise TrainingError(result.failures) from \
+            getattr(role, "error", None)
+    return result
 
 
 def check_same_model(comm, model):

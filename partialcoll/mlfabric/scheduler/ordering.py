@@ -365,64 +365,94 @@ def order_updates(updates, net, server, tau_max, v_init, floor=-INF,
                           net, server=0, tau_max=1, v_init=0)
         [g.uid for g in o.order], o.dropped    # ['g2'], [(g1, 'lookahead')]
     """
-    start = net.now if start is None else float(start)
-    updates, work = list(updates), net.fork()
-    n = len(updates)
-    dls = {i: deadline(g, tau_max, v_init) for i, g in enumerate(updates)}
-    cands = _Candidates(updates, work, server, start)
-    dropped = []
-    for i in range(n):
-        if dls[i] < 1:
-            cands.remove(i)
-            dropped.append((updates[i], "stale"))
-    deadlines = _Deadlines({i: d for i, d in dls.items() if d >= 1}, n)
-    remaining = n - len(dropped)
+    run = _OrderRun(list(updates), net.fork(), server, tau_max, v_init,
+                    floor, net.now if start is None else float(start))
+    while run.remaining:
+        pos = len(run.order) + 1
+        run.drop_missed(pos)
+        if not run.remaining:
+            break
+        due = run.deadlines.due(pos)
+        run.place(run.pick(due), due, pos)
+    return Ordering(run.order, run.finish, run.transfers, run.dropped,
+                    run.work)
 
-    def t_en_in(nw):
+
+class _OrderRun:
+    """The state of one run of Algorithm 2 (:func:`order_updates`): the
+    network with the reservations so far (``work``), the candidates
+    grouped by link, the deadlines, and what is ordered and dropped."""
+
+    def __init__(self, updates, work, server, tau_max, v_init, floor, start):
+        self.updates, self.work, self.server = updates, work, server
+        self.floor, self.start = floor, start
+        n = len(updates)
+        dls = {i: deadline(g, tau_max, v_init) for i, g in enumerate(updates)}
+        self.cands = _Candidates(updates, work, server, start)
+        self.dropped = []
+        for i in range(n):
+            if dls[i] < 1:
+                self.cands.remove(i)
+                self.dropped.append((updates[i], "stale"))
+        self.deadlines = _Deadlines({i: d for i, d in dls.items() if d >= 1},
+                                    n)
+        self.remaining = n - len(self.dropped)
+        self.order, self.finish, self.transfers = [], [], []
+
+    def t_en_in(self, nw):
+        """t_en of a size from a link into the server on network ``nw``."""
+        server, start = self.server, self.start
         return lambda link, size: finish_time(link, nw.inn[server], start,
                                               size)
 
-    def t_exact(i, nw):
-        g = updates[i]
-        return nw.finish(g.worker, server, start, g.size)
+    def t_exact(self, i, nw):
+        """When update ``i`` would be through on network ``nw``."""
+        g = self.updates[i]
+        return nw.finish(g.worker, self.server, self.start, g.size)
 
-    order, finish, transfers = [], [], []
-    while remaining:
-        pos = len(order) + 1
-        for i in deadlines.missed(pos):
-            cands.remove(i)
-            dropped.append((updates[i], "deadline"))
-            remaining -= 1
-        if not remaining:
-            break
-        due = deadlines.due(pos)
+    def drop_missed(self, pos):
+        """Drop the updates whose deadline is before position ``pos``."""
+        for i in self.deadlines.missed(pos):
+            self.cands.remove(i)
+            self.dropped.append((self.updates[i], "deadline"))
+            self.remaining -= 1
+
+    def pick(self, due):
+        """The update for the next position: among those ``due`` there,
+        the one through first; else the candidate with the smallest t_en
+        (Alg 2's argmin)."""
         if due:
-            i = min(due, key=lambda j: (t_exact(j, work), j))
-        else:
-            i = cands.argmin(t_en_in(work))[0]
-        g = updates[i]
-        deadlines.remove(i)
-        cands.remove(i)
-        remaining -= 1
+            return min(due, key=lambda j: (self.t_exact(j, self.work), j))
+        return self.cands.argmin(self.t_en_in(self.work))[0]
+
+    def place(self, i, due, pos):
+        """Reserve update ``i`` at ``pos``, unless it is due there and the
+        update picked for the next position would be through sooner
+        without it (the lookahead drop, Alg 2 line 11)."""
+        g, work = self.updates[i], self.work
+        self.deadlines.remove(i)
+        self.cands.remove(i)
+        self.remaining -= 1
         if due:                  # its worker's other updates will see the
-            cands.regroup(g.worker, ("worker", g.worker))   # trial's link
+            self.cands.regroup(g.worker, ("worker", g.worker))  # trial's link
             trial = work.fork()
         else:
             trial = work
-        tr = trial.reserve(g.worker, server, start, g.size, floor, g.uid)
-        if due and remaining and _next_is_sooner(
-                pos + 1, t_exact(i, work), deadlines, cands, trial,
-                lambda j: t_exact(j, trial), t_en_in(trial)):
-            dropped.append((g, "lookahead"))
-            cands.regroup(g.worker)
-            continue
-        work = trial
-        cands.reserved(work, g.worker)
-        order.append(g)
-        finish.append(tr.end)
-        transfers.append(tr)
-        floor = tr.end
-    return Ordering(order, finish, transfers, dropped, work)
+        tr = trial.reserve(g.worker, self.server, self.start, g.size,
+                           self.floor, g.uid)
+        if due and self.remaining and _next_is_sooner(
+                pos + 1, self.t_exact(i, work), self.deadlines, self.cands,
+                trial, lambda j: self.t_exact(j, trial),
+                self.t_en_in(trial)):
+            self.dropped.append((g, "lookahead"))
+            self.cands.regroup(g.worker)
+            return
+        self.work = trial
+        self.cands.reserved(trial, g.worker)
+        self.order.append(g)
+        self.finish.append(tr.end)
+        self.transfers.append(tr)
+        self.floor = tr.end
 
 
 def _next_is_sooner(pos, t_current, deadlines, cands, trial, t_exact,
