@@ -11,7 +11,7 @@
 # and watches the extension's own code.  Exit status 0 means the tests
 # passed and the sanitizer reported nothing (its reports go to
 # build/<kind>/report.*).  Not part of CI (slow); results are recorded in
-# bench/RESULTS.md.
+# docs/results.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KIND=${1:?usage: tests/sanitize.sh asan|tsan}

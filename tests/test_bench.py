@@ -160,19 +160,14 @@ def test_mlfabric_targets_by_hand():
                                          "--target-loss", "0.1"]))
 
 
-def test_mlfabric_retarget_script(tmp_path, capsys):
-    """bench/mlfabric_retarget.py puts runs saved in two files on one
-    target: C2-N1 (ring reaches 0.5 at 4 s, mlfabric-2N at 2 s) and C2-N3
-    (ring 0.6 at 6 s, mlfabric-2N 0.6 at 2 s).  Per configuration the
+def test_mlfabric_retarget(tmp_path, capsys):
+    """partialcoll-bench mlfabric-retarget puts runs saved in two files on
+    one target: C2-N1 (ring reaches 0.5 at 4 s, mlfabric-2N at 2 s) and
+    C2-N3 (ring 0.6 at 6 s, mlfabric-2N 0.6 at 2 s).  Per configuration the
     targets are 0.5 and 0.6 (2.00x and 3.00x); --common takes 0.6 for both
     (ring reaches it at 4 s in C2-N1: 2.00x).  A configuration in two
     files is refused."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "mlfabric_retarget", pathlib.Path(__file__).resolve().parent.parent
-        / "bench" / "mlfabric_retarget.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from partialcoll.bench import mlfabric_retarget as script
     n1 = {"C2-N1 seed 0": {"ring": [[0, 0, 2.0], [4, 9, 0.5]],
                            "mlfabric-2N": [[0, 0, 2.0], [2, 9, 0.4]]}}
     n3 = {"C2-N3 seed 0": {"ring": [[0, 0, 2.0], [6, 9, 0.6]],
@@ -195,6 +190,8 @@ def test_mlfabric_retarget_script(tmp_path, capsys):
     assert "C2-N1" not in capsys.readouterr().out
     with pytest.raises(SystemExit, match="in two files"):
         script.main([files[0], files[0]])
+    with pytest.raises(SystemExit, match="not both"):
+        script.main(["--common", "--target-loss", "0.5"] + files)
 
 
 def test_blas_threads_argument_and_cap():

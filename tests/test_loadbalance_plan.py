@@ -274,7 +274,7 @@ def test_binding_from_max_min_shares():
 
 
 def test_a_fast_receiver_fed_only_by_the_slow_sender_is_held():
-    """The P = 3 swing (bench/RESULTS.md, issue 17): one call in which fast
+    """The P = 3 swing (docs/results.md): one call in which fast
     server 2's incoming NIC was on the wire only with the link from slow
     node 0 (2 MB/s out over 2 flows), the link from 1 over before it
     began (here: after it ended).  Its reading is 1.0 MB/s, the sender's

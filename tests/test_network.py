@@ -1,8 +1,8 @@
 """The emulated network: calibration against the model (rates, fair
 sharing, latency, order, seeded drops), both drop modes, and priority on the
 wire.  Timing tests run at 2 to 4 ranks (more would oversubscribe the two
-cores enough to blur milliseconds); each allows the tolerance the issue sets
-(5 % for one flow, 10 % for shared flows)."""
+cores enough to blur milliseconds); each allows the calibration's
+tolerance (5 % for one flow, 10 % for shared flows)."""
 import math
 import os
 import time

@@ -1,4 +1,4 @@
-"""Overlap of communication with backward (issue 13): buckets whose
+"""Overlap of communication with backward: buckets whose
 reductions start from the post-accumulate-grad hooks (EagerOptimizer), at
 the running comm size.  DDP's hook: test_eager_ddp.py; the averager's step
 in parts: test_overlap_core.py."""

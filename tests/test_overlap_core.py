@@ -1,4 +1,4 @@
-"""Overlap of communication with backward (issue 13), the framework-agnostic
+"""Overlap of communication with backward, the framework-agnostic
 part: EagerAverager's step in parts (offer, reduce, abandon), at the
 running comm size.  The torch side is in test_overlap.py."""
 import random

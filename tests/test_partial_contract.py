@@ -39,8 +39,8 @@ def uneven_run(ar, calls, max_skew, seed, contrib):
 
 def test_majority_initiator_is_always_active():
     """Every round a plain call returns has its drawn initiator's fresh data
-    (active >= 1), unless it is marked synchronous; under the issue's
-    0..2 ms random skew, rounds used to run ahead with active == 0."""
+    (active >= 1), unless it is marked synchronous; under 0..2 ms of
+    random skew, rounds used to run ahead with active == 0."""
     ar = pc.MajorityAllreduce(np.zeros(2, np.int64), seed=11)
     calls, fin = uneven_run(ar, 150, 0.002, 1, lambda: np.ones(2, np.int64))
     bad = [res for _, res in calls if res.active < 1 and not res.sync]

@@ -57,7 +57,7 @@ def test_tic_ties_and_tac_breaks_them_on_figure_1a():
 
 @pytest.mark.parametrize("b_first", [False, True])
 def test_case_1_puts_A_first(b_first):
-    """The issue's case: M_A = 1, P_A = 10, M_B = 10, P_B = 1 must put A
+    """The paper's case: M_A = 1, P_A = 10, M_B = 10, P_B = 1 must put A
     first (min(P_B, M_A) = 1 < min(P_A, M_B) = 10), whatever the order
     the receives appear in."""
     g = case_1(1, 10, 10, 1, b_first)

@@ -9,8 +9,8 @@ that benchmark's options (each module's ``add_args``) and its description
 import argparse
 import sys
 
-from . import (aware, hyperplane, latency, lstm, mlfabric, mlfabric_sched,
-               netcal, overhead, overlap, rps, sweep, tictac,
+from . import (aware, hyperplane, latency, lstm, mlfabric, mlfabric_retarget,
+               mlfabric_sched, netcal, overhead, overlap, rps, sweep, tictac,
                tictac_allreduce)
 
 #: name -> (module, one line for the top-level --help)
@@ -42,6 +42,9 @@ COMMANDS = {
                          "without overlap with backward (needs torch)"),
     "mlfabric": (mlfabric, "MLfabric against asynchronous PS, ring and tree "
                            "allreduce under stragglers and uneven links"),
+    "mlfabric-retarget": (mlfabric_retarget, "speed-ups over ring read "
+                                             "again from saved loss curves "
+                                             "(one process)"),
 }
 
 

@@ -196,7 +196,7 @@ def limit_blas(threads, comm):
     than cores (8 on 2 here) the pools of ranks just out of a matrix
     product keep every core busy: in the MLfabric benchmark they took
     two thirds of the CPU and stretched the workers' steps (100 ms of
-    emulated compute) from about 170 ms to 290 ms (bench/RESULTS.md)."""
+    emulated compute) from about 170 ms to 290 ms (docs/results.md)."""
     if threads == 0:
         yield None
         return

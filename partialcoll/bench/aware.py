@@ -58,7 +58,7 @@ def add_args(p):
                         "4 MB gradient at 8 ranks; the paper's 1.2e5, the "
                         "library's default, is on its right arm when a "
                         "plan gives a slow node no share, see "
-                        "bench/RESULTS.md)")
+                        "docs/results.md)")
     p.add_argument("--min-probe", default="auto", type=_min_probe,
                    help="elements per probe, at least, for a server planned "
                         "below its probes (default 'auto', the library's: "

@@ -262,7 +262,9 @@ def straggler_ceiling(workers, rate, slowdown):
     return (1 + extra * (1 - (1 - rate) ** workers)) / (1 + extra * rate)
 
 
-def _time_to(losses, target):
+def time_to(losses, target):
+    """(seconds, updates applied) when the loss curve ``losses`` ([(t,
+    applied, loss)]) first reaches ``target`` (nan, nan if never)."""
     for t, applied, loss in losses:
         if loss <= target:
             return t, applied
@@ -363,12 +365,12 @@ def targets(curves, fixed=None, common=False):
 
 
 def _rows(cname, nname, seed, got, target, workers):
-    base = _time_to(got["ring"]["losses"], target)[0] if "ring" in got \
+    base = time_to(got["ring"]["losses"], target)[0] if "ring" in got \
         else math.nan
     rows = []
     ceiling = round(straggler_ceiling(workers, *STRAGGLERS[cname]), 2)
     for scheme, r in got.items():
-        t, applied = _time_to(r["losses"], target)
+        t, applied = time_to(r["losses"], target)
         rows.append({"config": f"{cname}-{nname}", "seed": seed,
                      "scheme": scheme, "target": round(target, 4),
                      "time_s": round(t, 2), "speedup": round(base / t, 2)

@@ -9,8 +9,8 @@ per phase over ``--repeats`` batches (each planned ``--runs`` times, the
 fastest kept), in wall and in this thread's CPU seconds (on a loaded
 machine the CPU time is the scheduler's own cost), with the load average
 and whether the link model's C loops were used.
-The issue's targets: <= 30 ms at |U| = 100 and <= 150 ms at |U| = 1,000
-(the paper: 30 ms and 1,460 ms).
+Our targets: <= 30 ms at |U| = 100 and <= 150 ms at |U| = 1,000 (the
+paper: 30 ms and 1,460 ms).
 """
 import os
 import sys

@@ -2,7 +2,7 @@
 send/recv pairs, post-to-completion latency of a small schedule, and the CPU
 time the progress thread uses when idle and when polling a pending receive.
 
-Scale rows (issue 10): a small blocking allreduce with N idle partial
+Scale rows: a small blocking allreduce with N idle partial
 objects open against none (same run), the progress thread's CPU with them
 open, and N objects created and closed in sequence (resident memory and
 library communicators before and after).  Timeline rows: the NOP chain and

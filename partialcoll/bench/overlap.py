@@ -1,4 +1,4 @@
-"""Overlap of communication with backward (issue 13): the step time of
+"""Overlap of communication with backward: the step time of
 ``partialcoll.torch.EagerOptimizer`` with ``overlap=True`` (each bucket's
 reduction starts from the post-accumulate-grad hooks, during backward)
 against ``overlap=False`` (every reduction starts in ``step()``), in the
@@ -15,7 +15,8 @@ both see the same machine.  A step is ``zero_grad``, forward, backward,
 The link: by default the emulated network (README, "Emulated networks")
 with its rate set so that one step's reduction, alone, takes ``--rho``
 times backward (measured first, without communication, apart from the
-forward pass: the issue's "communication time about its backward time";
+forward pass: the regime where overlap matters, communication about as
+long as backward;
 communication can only hide behind backward, not forward).  The
 rate is calibrated: the reduction of the model's buckets (sync, no
 compute) is timed at two rates r and 2r, fitted as a + b / rate (a: what
@@ -28,7 +29,7 @@ alone at the rate used.
 
 Reported per mode: the median step time of each variant (per rank, then
 the slowest rank's), its forward + backward and ``step()`` parts, and
-overlap / plain (the issue's target: at most 0.8 in sync and solo when the
+overlap / plain (our target: at most 0.8 in sync and solo when the
 communication takes about as long as backward).  In sync mode the two
 copies must end bit for bit equal (checked).
 
@@ -67,7 +68,7 @@ def add_args(p):
                    help="per rank (default 512: at 64 this MLP computes so "
                         "little per gradient byte that the host-side work "
                         "of communication, not the link, limits overlap on "
-                        "a small machine; bench/RESULTS.md has both)")
+                        "a small machine; docs/results.md has both)")
     p.add_argument("--bucket", type=byte_size,
                    help="bucket_bytes of both variants (default 4M)")
     p.add_argument("--steps", type=whole(1),

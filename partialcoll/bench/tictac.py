@@ -18,7 +18,7 @@ share of transfers that left out of order.  R^2 of iteration time against
 alpha is over every sample of a (model, task, rho) row group.
 
 Run: ``mpiexec -n 5 partialcoll-bench tictac`` (4 workers); see
-bench/RESULTS.md for the commands and what each column means.
+docs/results.md for the commands and what each column means.
 """
 import math
 import sys
@@ -194,7 +194,7 @@ def _write_trace(res, path, comm):
 
 
 def targets(rows):
-    """The issue's targets, met or not, from the result rows."""
+    """The benchmark's targets, met or not, from the result rows."""
     out = []
 
     def add(what, value, ok):
@@ -321,7 +321,7 @@ def run(args, comm=MPI.COMM_WORLD):
     emit(rows, COLUMNS, args, title, comm)
     if comm.rank == 0 and rows:
         emit(targets(rows), ["target", "measured", "met"],
-             argparse_free(), "targets of issue 15", comm)
+             argparse_free(), "targets", comm)
         if args.plot:
             plot(rows, args.plot)
     return rows

@@ -27,7 +27,7 @@ def arrive(comm):
     finds every rank there.  Without it, ranks that come early busy-poll
     inside MPICH; with more ranks than cores that took the CPU from the
     slow rank and from the progress threads, and a P = 5 test suite on two
-    cores stalled for tens of seconds (bench/RESULTS.md)."""
+    cores stalled for tens of seconds (docs/results.md)."""
     wait_for(comm.Ibarrier(), longest=0.001)
 
 

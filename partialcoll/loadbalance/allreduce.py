@@ -46,6 +46,11 @@ Schemes: ``"aware"`` (the above), ``"average"`` (equal shares, the same
 slicing, probes and forecasts: the paper's baseline) and ``"oracle"``
 (Algorithm 1 on the emulated network's true current NIC rates: an upper
 bound for the comparison, not a deployable scheme).
+
+No server loop is shared with the other parameter servers (TicTac's,
+MLfabric's): here every rank is worker and server inside one schedule per
+call, a collective; see :mod:`partialcoll.tictac.ps` for why each builds
+on the Schedule API directly.
 """
 import logging
 import math
@@ -81,7 +86,7 @@ class LoadBalancedAllreduce:
             N - 1 links, and large slices then leave its incoming NIC idle
             until the first ones are complete (at 8 ranks and 4 MB, calls
             with 30,000 came within 2 % of the load model, with 1.2e5 up
-            to 26 % over it; bench/RESULTS.md).
+            to 26 % over it; docs/results.md).
         num_probe: probe slices to every server before the data (the
             paper's default: 2; 0: none).
         size_probe: elements per probe slice (the paper's: 10,000).
@@ -97,7 +102,7 @@ class LoadBalancedAllreduce:
             floor.  Much smaller probes are measured less well: at 30,000-
             element slices, 1,000-element probes left 42 % of the NIC
             estimates more than 10 % off, 2,500 18 %, 10,000 11 %
-            (:func:`.plan.assign_slices`, bench/RESULTS.md).
+            (:func:`.plan.assign_slices`, docs/results.md).
         measure: send forecasts and measure the links (needed by "aware").
         threshold: Algorithm 1 stops when max t - min t <= threshold max t.
         window: at most this many calls' NIC estimates, since the NIC's

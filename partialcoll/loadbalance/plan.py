@@ -1,7 +1,7 @@
 """Planning network-aware load distribution for parameter servers: the
 algorithms of Cai et al., "Adaptive load balancing for parameter servers in
-distributed machine learning over heterogeneous networks"
-(../shared/papers/adaptive-ps-load-balancing.txt), section 3.  No MPI
+distributed machine learning over heterogeneous networks", section 3.
+No MPI
 here: :class:`partialcoll.LoadBalancedAllreduce` runs the plans.
 
 The stored text lost every equation; these are reconstructed from its
@@ -60,7 +60,7 @@ Two simpler estimators are biased:
   share end early; and a link that starts before the others has the NIC to
   itself until they start).  On two 8-rank draws of the benchmark's rates,
   with exact arrival times, 14 % and 73 % of its S_i were within 10 %, of
-  this estimator's 100 % and 89 % (bench/RESULTS.md);
+  this estimator's 100 % and 89 % (docs/results.md);
 * the bytes over the union of the intervals undercount: a link that a slow
   receiver holds stretches the union while the NIC is idle.
 
@@ -73,8 +73,8 @@ keeps its share small (a fast node can stay at a share near 0; the sum of
 the s_ij overcounted such short links and hid this).  It costs little
 while some node is too slow for any share: the iteration then lasts that
 node's floor M / S_min, the other nodes finish earlier, and a fast node
-planned too little stays under the floor (bench/RESULTS.md, issue 17's
-replay).
+planned too little stays under the floor (the load model's replay in
+docs/results.md).
 
 Lower readings (our choice; the paper averages a node's throughput record
 and is silent on this).  A reading lower than the NIC's last estimate is
@@ -430,7 +430,7 @@ def assign_slices(n, shares, slice_elems, num_probe=2, size_probe=10000,
     With equal slices a server's load is off by up to a slice: at the
     paper's model sizes (1.2e5-element slices of 5e6 to 6e7 parameters)
     under 3 % of M, but a 4 MB gradient is 8 such slices, and the shares
-    were off by up to 12 % of M (bench/RESULTS.md, issue 17)."""
+    were off by up to 12 % of M (docs/results.md)."""
     N = len(shares)
     if n == 0:
         return []

@@ -1,7 +1,7 @@
 """Drop-tolerant averaging over an unreliable network: RPS.
 
 Algorithm 1 of Yu et al., "Distributed learning over unreliable networks"
-(../shared/papers/rps-unreliable-networks.txt, section 4.1), the
+(section 4.1), the
 Reliable Parameter Server's averaging step.  Every message may be lost
 (independently, probability p); nothing is ever resent::
 
@@ -21,8 +21,8 @@ the order they leave in decides which are lost when the drops come from a
 finite buffer (the emulated network's tail drop: the last ones do not fit).
 A fixed order (peer 0 first) would make every rank lose the same links every
 call: with P = 4 and room for two of three blocks, rank 3 received nothing,
-ever, and trained alone while pulling the others towards it (bench/
-RESULTS.md, issue 16).  So every call draws, per rank and per phase, a fresh
+ever, and trained alone while pulling the others towards it
+(docs/results.md).  So every call draws, per rank and per phase, a fresh
 order of the peers (``RPSAverage.send_order``, seeded by (seed, call,
 rank): the same in every run), which the schedule reads as its sends'
 priorities.  With independent drops (the paper's model) the order changes

@@ -1,7 +1,6 @@
 """TicTac's planner: a priority number per parameter receive (Hashemi et
 al., *TicTac: Accelerating Distributed Deep Learning with Communication
-Scheduling*, SysML 2019;
-``../shared/papers/tictac-communication-scheduling.txt``).
+Scheduling*, SysML 2019).
 
 Input: a worker's computation graph (:class:`Graph`) whose roots are the
 parameter receives, with a time per op (the paper's time oracle).  Output:

@@ -37,6 +37,18 @@ Design constraints:
 
 Use :func:`run` (collective over ``comm``); it returns, on the PS rank,
 the merged timeline and the numbers used, for :func:`iterations`.
+
+Why it is not built on the other parameter servers (MLfabric's in
+:mod:`partialcoll.mlfabric.runtime`, the load balancer's in
+:mod:`partialcoll.loadbalance.allreduce`): what they share is the
+executor's Schedule API, which each uses directly.  Here one persistent
+schedule per rank is one iteration and the server's loop is the gate
+handshake above (wait_gate, write the order, open_gate); MLfabric's
+server is an asynchronous loop of control messages and one-shot
+schedules per batch; the load balancer has no server loop at all (every
+rank is worker and server inside one collective schedule per call).  A
+common server loop would fit one of the three and be bent for the other
+two.
 """
 import logging
 import math

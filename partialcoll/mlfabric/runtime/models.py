@@ -64,10 +64,10 @@ class TanhMLP(SoftmaxRegression):
     hidden layer of ``hidden`` units, no biases: ``features x hidden +
     hidden x classes`` float64 parameters (1024, 128, 128: 1.1 MiB).
 
-    A non-convex model for the comparison of issue 14.  Softmax
+    A non-convex model for MLfabric's comparison of schemes.  Softmax
     regression's gradient is bounded and, on these few points, every stale
     gradient still points the right way, so delay hardly slows it at any
-    learning rate (bench/RESULTS.md, ``bench/mlfabric_staleness.py``);
+    learning rate (docs/results.md);
     with a hidden layer, stale updates at a high learning rate do.
     First layer N(0, 1) (the inputs have norm about 1), second
     N(0, 1 / hidden), from ``seed``."""

@@ -25,6 +25,11 @@ Design constraints:
    grouping, equals the server's once both applied the same updates.
 7. Loops poll without spinning: a rank waits on a gate or sleeps 1 ms
    when nothing is ready.
+
+The server loop, channels and pulls here are MLfabric's own; TicTac's
+parameter server (:mod:`partialcoll.tictac.ps`) and the load balancer
+(:mod:`partialcoll.loadbalance.allreduce`) share the executor's Schedule
+API with it, not a server loop (see :mod:`partialcoll.tictac.ps` for why).
 """
 import collections
 import itertools

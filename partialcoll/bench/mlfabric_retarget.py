@@ -1,6 +1,6 @@
-"""Speed-ups over ring read again from saved loss curves (issue 14; no MPI)
+"""Speed-ups over ring read again from saved loss curves (no MPI).
 
-``python bench/mlfabric_retarget.py [--common] [--target-loss L]
+``partialcoll-bench mlfabric-retarget [--common] [--target-loss L]
 [--configs C2-N1,C2-N2,C2-N3] [--scheme mlfabric-2N] CURVES.json ...``
 
 Reads the curves that ``partialcoll-bench mlfabric --curves F.json``
@@ -14,12 +14,24 @@ configuration by default, one per seed over every kept configuration
 with ``--common``, or ``--target-loss``.  So runs made one seed at a time,
 or one straggler setting at a time, can be put on one target afterwards.
 """
-import argparse
 import json
 import math
 import statistics
+import sys
 
-from partialcoll.bench.mlfabric import _time_to, targets
+from ._common import cli, real
+from .mlfabric import targets, time_to
+
+
+def add_args(p):
+    p.add_argument("curves", nargs="+", help="files of --curves")
+    p.add_argument("--common", action="store_true",
+                   help="one target per seed over every kept configuration")
+    p.add_argument("--target-loss", type=real(0),
+                   help="this target for every configuration")
+    p.add_argument("--configs", help="keep these, e.g. C2-N1,C2-N2,C2-N3")
+    p.add_argument("--scheme", default="mlfabric-2N",
+                   help="the scheme whose median speed-up is printed")
 
 
 def load(paths, keep=None):
@@ -36,12 +48,12 @@ def load(paths, keep=None):
             cname, _, nname = config.partition("-")
             key = (cname, nname, int(seed))
             if key in curves:
-                raise SystemExit(f"mlfabric_retarget: {name} is in two "
+                raise SystemExit(f"mlfabric-retarget: {name} is in two "
                                  f"files")
             curves[key] = {scheme: {"losses": [tuple(p) for p in losses]}
                            for scheme, losses in got.items()}
     if not curves:
-        raise SystemExit("mlfabric_retarget: no configuration left")
+        raise SystemExit("mlfabric-retarget: no configuration left")
     return curves
 
 
@@ -50,25 +62,19 @@ def speedups(curves, goal):
     out = []
     for key in sorted(curves):
         got, target = curves[key], goal[key]
-        ring = _time_to(got["ring"]["losses"], target)[0] \
+        ring = time_to(got["ring"]["losses"], target)[0] \
             if "ring" in got else math.nan
         out.append((key, target, {
             scheme: (t, ring / t if t == t and t > 0 else math.nan)
             for scheme, r in got.items()
-            for t in [_time_to(r["losses"], target)[0]]}))
+            for t in [time_to(r["losses"], target)[0]]}))
     return out
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("curves", nargs="+")
-    p.add_argument("--common", action="store_true")
-    p.add_argument("--target-loss", type=float)
-    p.add_argument("--configs", help="e.g. C2-N1,C2-N2,C2-N3")
-    p.add_argument("--scheme", default="mlfabric-2N")
-    args = p.parse_args(argv)
+def run(args):
     if args.common and args.target_loss is not None:
-        p.error("--common or --target-loss, not both")
+        raise SystemExit("mlfabric-retarget: --common or --target-loss, "
+                         "not both")
     keep = set(args.configs.split(",")) if args.configs else None
     curves = load(args.curves, keep)
     rows = speedups(curves, targets(curves, args.target_loss, args.common))
@@ -84,7 +90,8 @@ def main(argv=None):
         print(f"{config}: {args.scheme} over ring, median "
               f"{statistics.median(xs):.2f} of "
               f"{', '.join(f'{x:.2f}' for x in xs)}")
+    return rows
 
 
-if __name__ == "__main__":
-    main()
+def main(argv=None):
+    return cli(sys.modules[__name__], "mlfabric-retarget", argv)
