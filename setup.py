@@ -12,6 +12,7 @@ which has already loaded ``libmpi``, and the loader reuses it.  A relative
 rpath to the ``mpich`` wheel's ``lib/`` in the same environment is added as a
 fallback.
 """
+import glob
 import os
 import shlex
 import shutil
@@ -60,17 +61,30 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
+# The executor's C core, by part (csrc/common/pc_common.h draws who may
+# include whom; tests/layout_rules.py keeps it so).  Headers are included
+# with their part ("sched/pc_sched.h") from the one include directory csrc/:
+# a directory per part would let a header called sched.h shadow the
+# system's <sched.h>.
+CORE = {
+    "common": ["common.c", "trace.c"],
+    "transport": ["transport_mpi.c", "netem.c", "netem_send.c",
+                  "netem_shm.c", "netem_model.c", "netem_config.c"],
+    "sched": ["build.c", "sched.c", "types.c", "device.c"],
+    "engine": ["engine.c", "wait.c", "round.c", "inflight.c", "wire.c",
+               "ctrl.c", "timers.c"],
+    "python": ["module.c", "pysched.c", "pysync.c", "pyattrs.c",
+               "pypark.c", "pyerrors.c"],
+}
+# every header (the sdist gets them through depends)
+HEADERS = sorted(glob.glob("csrc/**/*.h", recursive=True))
+
 ext = Extension(
     "partialcoll._core",
-    sources=[f"csrc/{f}" for f in (
-        "pc_module.c", "pc_pysched.c", "pc_pyattrs.c", "pc_sched.c",
-        "pc_round.c", "pc_inflight.c", "pc_engine.c", "pc_timers.c",
-        "pc_wire.c", "pc_transport_mpi.c", "pc_netem.c",
-        "pc_netem_model.c", "pc_timeline.c", "pc_types.c", "pc_device.c")],
-    depends=[f"csrc/{f}" for f in ("pc_sched.h", "pc_device.h",
-                                    "pc_transport.h", "pc_engine_int.h",
-                                    "pc_module.h", "pc_netem.h",
-                                    "pc_round.h")],
+    sources=[f"csrc/{part}/{f}" for part, files in CORE.items()
+             for f in files],
+    include_dirs=["csrc"],
+    depends=[h for h in HEADERS if not h.startswith("csrc/mlfabric/")],
     extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-missing-braces",
                         "-D_GNU_SOURCE"],
     # site-packages/partialcoll -> <prefix>/lib, where the mpich wheel lives
@@ -78,13 +92,14 @@ ext = Extension(
     extra_link_args=["-pthread", "-Wl,-rpath,$ORIGIN/../../.."],
 )
 
-# MLfabric's scheduler: its link model's hot loops in C (no MPI; the
-# Python versions in partialcoll/mlfabric/scheduler/links.py are the
-# fallback)
+# MLfabric's scheduler: its link model's hot loops in C (no MPI, nothing
+# of the executor's; the Python versions in
+# partialcoll/mlfabric/scheduler/links.py are the fallback)
 linkops = Extension(
     "partialcoll.mlfabric.scheduler._linkops",
     sources=["csrc/mlfabric/linkops.c", "csrc/mlfabric/linkops_agg.c"],
-    depends=["csrc/mlfabric/linkops.h"],
+    include_dirs=["csrc"],
+    depends=[h for h in HEADERS if h.startswith("csrc/mlfabric/")],
     extra_compile_args=["-O2", "-std=c11", "-Wall", "-ffp-contract=off"],
 )
 

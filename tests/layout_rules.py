@@ -25,15 +25,37 @@ The rules (each a function below, each returning the violations as text):
 * :func:`cycles` -- modules that import each other in a loop (imports
   inside functions count too).
 
+The C core in ``csrc/`` is built in parts the same way; a part may include
+only its own headers and those of the parts it stands on (``C_PARTS``)::
+
+    python      the binding (partialcoll._core)   -> engine, sched, common
+    engine      runs schedules                    -> sched, transport, common
+    sched       the schedule as data              -> common
+    transport   the wire (MPI, emulated network)  -> common
+    common      errors, clock, allocation, trace
+    mlfabric    a separate extension              -> nothing of the above
+
+* :func:`include_violations` -- a C file outside the parts, an include not
+  written with its part (``"sched/pc_sched.h"``), or one that points up or
+  across;
+* :func:`length_violations` -- a file of ``csrc/`` or ``partialcoll/`` over
+  600 lines, or a function over 80, unless it says why in a comment
+  containing the words ``longer than`` (inside the function for a
+  function, outside every function for a file).
+
 Run ``python tests/layout_rules.py`` for the report; ``test_layout.py``
 asserts it is empty.
 """
 import ast
+import io
 import os
+import re
 import sys
+import tokenize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "partialcoll")
+CSRC = os.path.join(ROOT, "csrc")
 
 #: layer of each top-level part of the package
 LAYERS = {"_core": 0, "core": 1, "transport": 2, "collectives": 3,
@@ -291,15 +313,193 @@ def cycles(mods):
     return [" <-> ".join(c) for c in comps]
 
 
+# ---- the C core
+#: part of csrc/ -> the other parts it may include
+C_PARTS = {"common": set(), "transport": {"common"}, "sched": {"common"},
+           "engine": {"sched", "transport", "common"},
+           "python": {"engine", "sched", "common"}, "mlfabric": set()}
+MAX_FILE_LINES, MAX_FUNCTION_LINES = 600, 80
+#: the words a comment uses to say why a piece is longer
+EXCUSE = "longer than"
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+_NAME = re.compile(r"(\w+)\s*\(")
+
+
+class CFile:
+    """One C source or header: its part, lines, includes and comments."""
+
+    def __init__(self, path, root):
+        self.path, self.root = path, root
+        rel = os.path.relpath(path, root).split(os.sep)
+        self.part = rel[0] if len(rel) > 1 else None
+        with open(path) as f:
+            self.text = f.read()
+        self.lines = self.text.split("\n")
+        if self.lines and self.lines[-1] == "":
+            self.lines.pop()
+        self.includes = [(n + 1, m.group(1))
+                         for n, line in enumerate(self.lines)
+                         for m in [_INCLUDE.match(line)] if m]
+
+    def comments(self):
+        """(first line, text) of every /* */ and // comment."""
+        out, text, i, line = [], self.text, 0, 1
+        while i < len(text):
+            c = text[i]
+            if c in "\"'":                      # a literal: skip it whole
+                j = i + 1
+                while j < len(text) and text[j] != c and text[j] != "\n":
+                    j += 2 if text[j] == "\\" else 1
+                line += text.count("\n", i, j + 1)
+                i = j + 1
+            elif text.startswith("/*", i) or text.startswith("//", i):
+                end = text.find("*/" if text[i + 1] == "*" else "\n", i + 2)
+                end = len(text) if end < 0 else end
+                out.append((line, text[i:end]))
+                line += text.count("\n", i, end)
+                i = end
+            else:
+                line += c == "\n"
+                i += 1
+        return out
+
+    def functions(self):
+        """(name, first line, last line) of each function.  Its body opens
+        with a `{` alone at column 0 and closes with a `}` at column 0; it
+        starts at the nearest line above the `{` that starts at column 0
+        (the line with its name)."""
+        out, lines = [], self.lines
+        for i, line in enumerate(lines):
+            if line.rstrip() != "{":
+                continue
+            start = i - 1
+            while start > 0 and lines[start][:1] in (" ", "\t", ""):
+                start -= 1
+            end = next((k for k in range(i + 1, len(lines))
+                        if lines[k].startswith("}")), len(lines) - 1)
+            m = _NAME.search(lines[start]) if start >= 0 else None
+            out.append((m.group(1) if m else "?", start + 1, end + 1))
+        return out
+
+
+def c_files(csrc=CSRC):
+    """Every .c and .h file under ``csrc``, by path relative to it."""
+    found = {}
+    for where, dirs, files in os.walk(csrc):
+        dirs.sort()
+        for f in sorted(files):
+            if f.endswith((".c", ".h")):
+                cf = CFile(os.path.join(where, f), csrc)
+                found[os.path.relpath(cf.path, csrc)] = cf
+    return found
+
+
+def _c_where(cf, line):
+    return f"csrc/{os.path.relpath(cf.path, cf.root)}:{line}"
+
+
+def include_violations(cfiles):
+    bad = []
+    for cf in cfiles.values():
+        if cf.part not in C_PARTS:
+            bad.append(f"{_c_where(cf, 1)}: a file outside the parts "
+                       f"({', '.join(sorted(C_PARTS))})")
+            continue
+        for line, target in cf.includes:
+            part = target.split("/")[0] if "/" in target else None
+            if part is None:
+                bad.append(f"{_c_where(cf, line)}: #include \"{target}\": "
+                           f"write it with its part (\"{cf.part}/"
+                           f"{target}\")")
+            elif part != cf.part and part not in C_PARTS[cf.part]:
+                may = ", ".join(sorted(C_PARTS[cf.part])) or "no other part"
+                bad.append(f"{_c_where(cf, line)}: {cf.part} includes "
+                           f"{target}: {cf.part} may include {may}")
+            elif target not in cfiles:
+                bad.append(f"{_c_where(cf, line)}: #include \"{target}\": "
+                           f"no such header in csrc/")
+    return bad
+
+
+def _c_lengths(cf):
+    bad, comments = [], cf.comments()
+    functions = cf.functions()
+
+    def excused(first, last):
+        return any(first <= line <= last and EXCUSE in text
+                   for line, text in comments)
+
+    for name, first, last in functions:
+        if last - first + 1 > MAX_FUNCTION_LINES and \
+                not excused(first, last):
+            bad.append(f"{_c_where(cf, first)}: {name}() is "
+                       f"{last - first + 1} lines, over "
+                       f"{MAX_FUNCTION_LINES}")
+    inside = {n for _, first, last in functions
+              for n in range(first, last + 1)}
+    if len(cf.lines) > MAX_FILE_LINES and not any(
+            EXCUSE in text and line not in inside
+            for line, text in comments):
+        bad.append(f"{_c_where(cf, 1)}: {len(cf.lines)} lines, over "
+                   f"{MAX_FILE_LINES}")
+    return bad
+
+
+def _py_lengths(m):
+    bad = []
+    with open(m.path) as f:
+        text = f.read()
+    comments = [(t.start[0], t.string) for t in
+                tokenize.generate_tokens(io.StringIO(text).readline)
+                if t.type == tokenize.COMMENT]
+    functions = [n for n in ast.walk(m.tree)
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for fn in functions:
+        length = fn.end_lineno - fn.lineno + 1
+        if length > MAX_FUNCTION_LINES and EXCUSE not in (
+                ast.get_docstring(fn) or "") and not any(
+                fn.lineno <= line <= fn.end_lineno and EXCUSE in c
+                for line, c in comments):
+            bad.append(f"{_where(m, fn.lineno)}: {fn.name}() is {length} "
+                       f"lines, over {MAX_FUNCTION_LINES}")
+    inside = {n for fn in functions
+              for n in range(fn.lineno, fn.end_lineno + 1)}
+    nlines = len(text.splitlines())
+    if nlines > MAX_FILE_LINES and EXCUSE not in (
+            ast.get_docstring(m.tree) or "") and not any(
+            EXCUSE in c and line not in inside for line, c in comments):
+        bad.append(f"{_where(m, 1)}: {nlines} lines, over "
+                   f"{MAX_FILE_LINES}")
+    return bad
+
+
+def length_violations(mods, cfiles):
+    bad = []
+    for m in mods.values():
+        bad += _py_lengths(m)
+    for cf in cfiles.values():
+        bad += _c_lengths(cf)
+    return bad
+
+
 RULES = {"layers": layer_violations, "_core": core_violations,
          "front door": front_door_violations,
          "private names": private_violations, "cycles": cycles}
 
 
-def report(package=PACKAGE):
-    """{rule: [violation, ...]} for the package in directory ``package``."""
+def report(package=PACKAGE, csrc=None):
+    """{rule: [violation, ...]} for the package in directory ``package``
+    and the C core in ``csrc`` (default: the ``csrc`` beside the package;
+    none there, no C file)."""
     mods = modules(package)
-    return {rule: fn(mods) for rule, fn in RULES.items()}
+    if csrc is None:
+        csrc = os.path.join(os.path.dirname(package), "csrc")
+    cfiles = c_files(csrc)
+    out = {rule: fn(mods) for rule, fn in RULES.items()}
+    out["C includes"] = include_violations(cfiles)
+    out["lengths"] = length_violations(mods, cfiles)
+    return out
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 KIND=${1:?usage: tests/sanitize.sh asan|tsan}
 VENV=${PARTIALCOLL_VENV:-.venv}
-PY=$PWD/$VENV/bin/python
-[ -x "$PY" ] || { echo "run tests/run.sh first (it makes $VENV)"; exit 2; }
+[ -x "$VENV/bin/python" ] || { echo "run tests/run.sh first (it makes $VENV)"; exit 2; }
+VENV=$(cd "$VENV" && pwd)    # absolute: PATH must still hold after cd tests
+PY=$VENV/bin/python
 case "$KIND" in
   asan) FLAGS="-fsanitize=address -fno-omit-frame-pointer -g -O1"
         RT=$(gcc -print-file-name=libasan.so)
@@ -34,7 +35,7 @@ case "$KIND" in
 esac
 OUT=$PWD/build/$KIND
 rm -rf "$OUT" && mkdir -p "$OUT/lib"
-export PATH="$PWD/$VENV/bin:$PATH"
+export PATH="$VENV/bin:$PATH"
 CFLAGS="$FLAGS" LDFLAGS="$FLAGS" "$PY" setup.py -q build_ext \
     --build-lib "$OUT/lib" --build-temp "$OUT/tmp" >/dev/null
 # every Python subpackage, next to the sanitized extension
@@ -47,7 +48,8 @@ export PYTHONPATH="$OUT/lib" LD_PRELOAD="$RT" PARTIALCOLL_SANITIZED=1
 TESTS="test_core_lifecycle.py test_ops_timed.py test_schedule_unit.py
        test_executor_mpi.py test_network.py test_arrival.py test_partial.py
        test_allreduce.py test_netem_model_unit.py test_schedule_input.py
-       test_network_reliable.py test_collective_input.py"
+       test_network_reliable.py test_collective_input.py
+       test_network_alloc_failure.py"
 cd tests
 python -c "import partialcoll._core as c; print('using', c.__file__)"
 status=0

@@ -343,7 +343,7 @@ def test_mlfabric_benchmark_quick(rank_tmp):
         target = max(min(loss for _, _, loss in c) for c in got.values())
         for r in rows:
             assert r["target"] == round(target, 4)
-            t, applied = mlfabric._time_to(got[r["scheme"]], target)
+            t, applied = mlfabric.time_to(got[r["scheme"]], target)
             assert (round(t, 2), applied) == (r["time_s"], r["updates"])
 
 

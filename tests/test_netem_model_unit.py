@@ -1,5 +1,5 @@
-"""The emulated network's fluid model alone (csrc/pc_netem_model.c, through
-``_core.netem_model``): no MPI, one process.  The model runs on absolute
+"""The emulated network's fluid model alone (csrc/transport/netem_model.c,
+through ``_core.netem_model``): no MPI, one process.  The model runs on absolute
 CLOCK_MONOTONIC seconds, so these tests put it at the times a long-running
 host has (tens of thousands of seconds), where a step of time is a
 multiple of 7e-12 s."""
@@ -87,8 +87,8 @@ def test_a_step_short_of_a_flows_end_leaves_it_on_the_wire():
 
 # The next event: a rank's poll skips the model (no lock, no advancing)
 # until the next event of the whole network, unless a message joined a
-# channel since (pc_netem.c, netem_poll).  The skip is exact only if no
-# flow's rate changes and no flow ends before that event.
+# channel since (csrc/transport/netem.c, netem_poll).  The skip is exact
+# only if no flow's rate changes and no flow ends before that event.
 
 SHARED = {"default": {"out_rate": "100 MB/s", "in_rate": "100 MB/s",
                       "latency": "0"}}

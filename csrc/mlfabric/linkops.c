@@ -17,7 +17,7 @@
  * of equal length, times increasing): used[i] is reserved on
  * [times[i], times[i+1]), the last segment runs to +inf.
  */
-#include "linkops.h"
+#include "mlfabric/linkops.h"
 
 #include <math.h>
 #include <stdlib.h>

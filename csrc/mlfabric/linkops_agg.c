@@ -19,7 +19,7 @@
  *             is sure
  *   suffix[j][i], capsum[j], fwd_rate[j], smallest[i]   _RestBounds
  */
-#include "linkops.h"
+#include "mlfabric/linkops.h"
 
 #include <math.h>
 #include <stdlib.h>

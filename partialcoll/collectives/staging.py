@@ -21,8 +21,8 @@ What travels and how results are rounded:
 * ``compression="fp16"``: floating data that is not float16 (float32,
   float64, bfloat16) is rounded to float16 for the wire, reduced in
   float16 (every combining step computes in float and rounds to float16,
-  see ``csrc/pc_types.c``) and widened back to its dtype; float16 data is
-  reduced as it is.  Other dtypes are not compressed (as Horovod's
+  see ``csrc/sched/types.c``) and widened back to its dtype; float16 data
+  is reduced as it is.  Other dtypes are not compressed (as Horovod's
   ``Compression.fp16``).  The precision is float16's: about 3 decimal
   digits, rounded at each of the algorithm's combining steps, and values
   beyond 65504 overflow to infinity.

@@ -6,9 +6,9 @@ pairs the host executor supports, minus the long double types that CUDA has
 not.  The C core launches them with ``cuLaunchKernel`` on the schedule's
 stream; this module only writes the source and hands back the handles.
 float16 is stored as ``unsigned short`` and combined as the host executor
-does (``csrc/pc_types.c``): widened to float, combined, rounded to nearest
-even, with the conversions written out so that the source needs no CUDA
-header and compiles for the host in the tests.
+does (``csrc/sched/types.c``): widened to float, combined, rounded to
+nearest even, with the conversions written out so that the source needs no
+CUDA header and compiles for the host in the tests.
 """
 from .ops import OPS
 
@@ -33,7 +33,7 @@ _COMPLEX = {
     "PROD": "T{x.re * y.re - x.im * y.im, x.re * y.im + x.im * y.re}",
 }
 
-# float16 bits (x, y) combined through float (see csrc/pc_types.c)
+# float16 bits (x, y) combined through float (see csrc/sched/types.c)
 _HALF = {
     "SUM": "pc_f2h(pc_h2f(x) + pc_h2f(y))",
     "PROD": "pc_f2h(pc_h2f(x) * pc_h2f(y))",

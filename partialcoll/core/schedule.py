@@ -2,7 +2,7 @@
 
 A :class:`Schedule` is a DAG of operations (send, recv, reduce, copy, NOP and
 application triggers) executed in *rounds* by the C progress thread; see
-``csrc/pc_sched.h`` for the exact semantics.  In short:
+``csrc/sched/pc_sched.h`` for the exact semantics.  In short:
 
 * ``after=[a, b]`` with ``mode=ALL`` fires when both ``a`` and ``b`` completed
   in this round; ``mode=ANY`` fires on the first of them; ``need=k`` fires

@@ -1,13 +1,13 @@
 """An emulated network for one host: slow, uneven and lossy links.
 
 Every message of every library communicator of the process goes through
-it (the C transport in ``csrc/pc_netem.c``): each rank has an outgoing and
-an incoming NIC with a rate, each ordered pair of ranks is a FIFO channel
-with a latency, messages on the wire at the same time share NICs max-min
-fairly (two senders into one receiver get half each), rates may follow a
-seeded piecewise-constant trace, and messages are lost with a probability
-per pair and traffic class.  Everything random is seeded: the same drops
-and rates in every run.
+it (the C transport in ``csrc/transport/netem*.c``): each rank has an
+outgoing and an incoming NIC with a rate, each ordered pair of ranks is a
+FIFO channel with a latency, messages on the wire at the same time share
+NICs max-min fairly (two senders into one receiver get half each), rates
+may follow a seeded piecewise-constant trace, and messages are lost with a
+probability per pair and traffic class.  Everything random is seeded: the
+same drops and rates in every run.
 
 Describe it in TOML (rates: ``"10 MB/s"``, ``"2.5 MiB/s"``, ``"1 Gb/s"``
 (bits), a number of bytes/s, or ``"unlimited"``; times: ``"1 ms"``,

@@ -35,7 +35,7 @@ from ..core.slots import OUTCOMES as _OUTCOMES
 _C = engine.CONSTANTS
 EVENT_NAMES = {_C[k]: k[3:].lower() for k in _C if k.startswith("EV_")}
 KIND_NAMES = _C["kinds"]
-#: one recorded event (mirrors pc_tl_event in csrc/pc_timeline.c)
+#: one recorded event (mirrors pc_tl_event in csrc/common/pc_trace.h)
 EVENT_DTYPE = np.dtype([("t", "f8"), ("sched", "u8"), ("round", "u8"),
                         ("bytes", "i8"), ("op", "i4"), ("ev", "i4"),
                         ("kind", "i4"), ("peer", "i4"), ("tag", "i4"),

@@ -1,23 +1,14 @@
-/* pc_timeline.c -- a record of what the executor and the wire did, for a
- * trace viewer (partialcoll/transport/timeline.py turns it into Chrome trace JSON).
- *
- * Off by default: every recording site tests pc_tl_on first, so the cost
- * when off is one predictable branch.  When on, events append to one array
- * under a mutex (the recording sites already hold the progress lock, so the
- * mutex is uncontended; it only guards against pc_tl_take()). */
-#include "pc_sched.h"
+/* trace.c -- the timeline recorder (see pc_trace.h).  Events append to one
+ * array under a mutex (the recording sites already hold the progress lock,
+ * so the mutex is uncontended; it only guards against pc_tl_take()).  The
+ * array grows with plain realloc, not pc_realloc: a timeline is best effort
+ * and never fails a round, so allocation-failure tests leave it alone. */
+#include "common/pc_trace.h"
+#include "common/pc_common.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct {
-    double t;           /* pc_now() */
-    uint64_t sched;     /* schedule serial (process-local) */
-    uint64_t round;
-    int64_t bytes;
-    int32_t op, ev, kind, peer;   /* peer: rank in MPI_COMM_WORLD */
-    int32_t tag, prio, outcome, flags;
-} pc_tl_event;
 
 _Atomic int pc_tl_on = 0;
 static pthread_mutex_t tl_mtx = PTHREAD_MUTEX_INITIALIZER;
@@ -30,7 +21,7 @@ int pc_tl_enable(int on)
     return (int)sizeof(pc_tl_event);
 }
 
-static void add(const pc_tl_event *e)
+void pc_tl_record(const pc_tl_event *e)
 {
     pthread_mutex_lock(&tl_mtx);
     if (nev == capev) {
@@ -47,31 +38,12 @@ static void add(const pc_tl_event *e)
     pthread_mutex_unlock(&tl_mtx);
 }
 
-void pc_tl_op(int what, const pc_sched *s, int op, int outcome)
-{
-    pc_tl_event e = {pc_now(), s->serial, s->round, 0, op, what, -1, -1,
-                     -1, 0, outcome, 0};
-    if (op >= 0) {
-        const pc_op *o = &s->ops[op];
-        e.kind = o->kind;
-        e.prio = o->prio;
-        if (o->kind == PC_SEND || o->kind == PC_RECV) {
-            e.peer = o->wpeer;
-            e.tag = o->tag;
-            e.bytes = (o->flags & PC_F_STAMPED)
-                          ? 32 : o->count * pc_dtypes[o->dtype].size;
-            e.flags = o->flags;
-        }
-    }
-    add(&e);
-}
-
 void pc_tl_msg(int what, double t, uint64_t sched, int op, uint64_t round,
                int peer, int tag, int64_t bytes, int prio, int outcome)
 {
     pc_tl_event e = {t < 0 ? pc_now() : t, sched, round, bytes, op, what, -1,
                      peer, tag, prio, outcome, 0};
-    add(&e);
+    pc_tl_record(&e);
 }
 
 int64_t pc_tl_count(void)

@@ -1,9 +1,9 @@
-/* pc_timers.c -- the engine's timers: a heap by due time of (schedule, op,
+/* timers.c -- the engine's timers: a heap by due time of (schedule, op,
  * round, generation).  DELAY/START_AT ops and receive deadlines put one in;
  * a fired timer whose op has moved on (another round, another run) is
- * ignored by pc_sched_on_timer, so timers are never cancelled one by one,
+ * ignored by pc_round_on_timer, so timers are never cancelled one by one,
  * only all of a schedule's at once when it stops.  Progress lock held. */
-#include "pc_engine_int.h"
+#include "engine/engine_int.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -56,19 +56,15 @@ static void timer_sift_down(int k)
     T.heap[k] = x;
 }
 
-int pc_engine_add_timer(pc_sched *s, int op, double when)
+int pc_timers_add(pc_sched *s, int op, double when)
 {
-    if (T.n == T.cap) {
-        int cap = T.cap ? 2 * T.cap : 64;
-        timer *t = pc_realloc(T.heap, (size_t)cap * sizeof(timer));
-        if (!t) {
-            pc_sched_set_error(s, PC_ENOMEM, "out of memory adding a timer "
-                               "for op %d", op);
-            return PC_ENOMEM;
-        }
-        T.heap = t;
-        T.cap = cap;
+    timer *t = pc_grow(T.heap, &T.cap, T.n + 1, sizeof(timer), 64);
+    if (!t) {
+        pc_sched_set_error(s, PC_ENOMEM, "out of memory adding a timer for "
+                           "op %d", op);
+        return PC_ENOMEM;
     }
+    T.heap = t;
     T.heap[T.n] = (timer){when, s, op, s->ops[op].tgen, s->round};
     timer_sift_up(T.n++);
     return PC_OK;
@@ -93,7 +89,7 @@ int pc_timers_fire(double now)
         T.heap[0] = T.heap[--T.n];
         if (T.n)
             timer_sift_down(0);
-        pc_sched_on_timer(t.s, t.op, t.round, t.gen);
+        pc_round_on_timer(t.s, t.op, t.round, t.gen);
         n++;
     }
     return n;

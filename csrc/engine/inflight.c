@@ -1,15 +1,15 @@
-/* pc_inflight.c -- ops of a round that are in flight: device work queued
- * on the schedule's device queue, messages the engine reports complete
+/* inflight.c -- ops of a round that are in flight: device work queued
+ * on the schedule's device queue, messages the wire reports complete
  * (with their outcome), deadlines, the discard receives that stand in for
  * timed-out ones, and stopping a schedule (error or free).  Progress lock
- * held throughout; see pc_round.c for the rest of the round machinery. */
-#include "pc_round.h"
+ * held throughout; see round.c for the rest of the round machinery. */
+#include "engine/engine_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- device ops (pc_device.h) */
+/* ---- device ops (sched/device.h) */
 int pc_round_is_device_op(pc_sched *s, pc_op *op)
 {
     return (op->kind == PC_COPY || op->kind == PC_REDUCE) &&
@@ -19,25 +19,16 @@ int pc_round_is_device_op(pc_sched *s, pc_op *op)
 
 static int add_dev(pc_sched *s, int op, uintptr_t ev)
 {
-    if (s->ndev == s->capdev) {
-        int cap = s->capdev ? 2 * s->capdev : 16;
-        int *o = pc_realloc(s->dev_op, (size_t)cap * sizeof(int));
-        if (o)
-            s->dev_op = o;
-        uintptr_t *e = pc_realloc(s->dev_ev, (size_t)cap * sizeof(uintptr_t));
-        if (e)
-            s->dev_ev = e;
-        if (!o || !e) {
-            pc_dev_sync(&s->dq, ev);
-            pc_sched_set_error(s, PC_ENOMEM, "out of memory queueing device "
-                               "op %d (round %llu)", op,
-                               (unsigned long long)s->round);
-            return PC_ENOMEM;
-        }
-        s->capdev = cap;
+    pc_dev_op *d = pc_grow(s->dev, &s->capdev, s->ndev + 1, sizeof(*d), 16);
+    if (!d) {
+        pc_dev_sync(&s->dq, ev);
+        pc_sched_set_error(s, PC_ENOMEM, "out of memory queueing device "
+                           "op %d (round %llu)", op,
+                           (unsigned long long)s->round);
+        return PC_ENOMEM;
     }
-    s->dev_op[s->ndev] = op;
-    s->dev_ev[s->ndev++] = ev;
+    s->dev = d;
+    s->dev[s->ndev++] = (pc_dev_op){op, ev};
     s->inflight++;
     return PC_OK;
 }
@@ -79,15 +70,14 @@ int pc_round_start_device(pc_sched *s, int i)
 }
 
 /* Complete device ops whose work has run, in queue order. */
-
-int pc_sched_test_device(pc_sched *s)
+int pc_round_test_device(pc_sched *s)
 {
     int n = 0, k = 0;
     while (k < s->ndev) {
-        int r = pc_dev_query(&s->dq, s->dev_ev[k]);
+        int r = pc_dev_query(&s->dq, s->dev[k].ev);
         if (r < 0) {
             pc_sched_set_error(s, PC_EDEVICE, "device work of op %d failed "
-                               "(round %llu): %s", s->dev_op[k],
+                               "(round %llu): %s", s->dev[k].op,
                                (unsigned long long)s->round, s->dq.err);
             return -1;
         }
@@ -97,29 +87,25 @@ int pc_sched_test_device(pc_sched *s)
     }
     for (int j = 0; j < k; j++) {
         s->inflight--;
-        pc_round_complete(s, s->dev_op[j], PC_OC_OK);
+        pc_round_complete(s, s->dev[j].op, PC_OC_OK);
         n++;
     }
     if (k) {
         s->ndev -= k;
-        memmove(s->dev_op, s->dev_op + k, (size_t)s->ndev * sizeof(int));
-        memmove(s->dev_ev, s->dev_ev + k, (size_t)s->ndev * sizeof(uintptr_t));
+        memmove(s->dev, s->dev + k, (size_t)s->ndev * sizeof(*s->dev));
         if (pc_round_run_ready(s) < 0)
             return -1;
     }
     return n;
 }
 
-/* ---- completions from the engine */
+/* ---- completions from the wire */
 static void discard_done(pc_sched *s, int64_t id)
 {
     for (int k = 0; k < s->ndisc; k++)
-        if (s->disc_id[k] == id) {
-            free(s->disc_buf[k]);
-            s->ndisc--;
-            s->disc_req[k] = s->disc_req[s->ndisc];
-            s->disc_id[k] = s->disc_id[s->ndisc];
-            s->disc_buf[k] = s->disc_buf[s->ndisc];
+        if (s->disc[k].id == id) {
+            free(s->disc[k].buf);
+            s->disc[k] = s->disc[--s->ndisc];
             atomic_fetch_add(&s->late, 1);
             return;
         }
@@ -132,43 +118,31 @@ static void post_discard(pc_sched *s, int i)
 {
     pc_op *op = &s->ops[i];
     int64_t bytes = op->count * pc_dtypes[op->dtype].size, h = -1;
-    if (s->ndisc == s->capdisc) {
-        int cap = s->capdisc ? 2 * s->capdisc : 4;
-        int64_t *r = pc_realloc(s->disc_req, cap * sizeof(int64_t));
-        if (r)
-            s->disc_req = r;
-        int64_t *d = pc_realloc(s->disc_id, cap * sizeof(int64_t));
-        if (d)
-            s->disc_id = d;
-        void **b = pc_realloc(s->disc_buf, cap * sizeof(void *));
-        if (b)
-            s->disc_buf = b;
-        if (!r || !d || !b)
-            goto oom;
-        s->capdisc = cap;
-    }
+    pc_discard *disc = pc_grow(s->disc, &s->capdisc, s->ndisc + 1,
+                               sizeof(*disc), 4);
+    if (!disc)
+        goto oom;
+    s->disc = disc;
     void *buf = malloc(bytes > 0 ? (size_t)bytes : 1);
     if (!buf)
         goto oom;
     int64_t id = PC_COOKIE_DISCARD - s->next_disc++;
-    int rc = pc_engine_start_recv(s, i, buf, (int)bytes, MPI_BYTE,
-                                  op->tag + s->tag_base, id, &h);
+    int rc = pc_wire_recv(s, i, buf, (int)bytes, MPI_BYTE,
+                          op->tag + s->tag_base, id, &h);
     if (rc != MPI_SUCCESS) {
         free(buf);
-        pc_round_mpi_failure(s, i, "posting the discard receive of a timed-out "
-                    "receive failed", rc);
+        pc_round_mpi_failure(s, i, "posting the discard receive of a "
+                             "timed-out receive failed", rc);
         return;
     }
-    s->disc_req[s->ndisc] = h;
-    s->disc_id[s->ndisc] = id;
-    s->disc_buf[s->ndisc++] = buf;
+    s->disc[s->ndisc++] = (pc_discard){h, id, buf};
     return;
 oom:
     pc_sched_set_error(s, PC_ENOMEM, "out of memory replacing timed-out "
                        "op %d (round %llu)", i, (unsigned long long)s->round);
 }
 
-void pc_sched_on_done(pc_sched *s, int64_t cookie, const pc_done *d)
+void pc_round_on_done(pc_sched *s, int64_t cookie, const pc_done *d)
 {
     if (cookie <= PC_COOKIE_DISCARD) {
         discard_done(s, cookie);
@@ -181,7 +155,7 @@ void pc_sched_on_done(pc_sched *s, int64_t cookie, const pc_done *d)
     pc_engine_queue(s);
     if (d->mpi_error != MPI_SUCCESS) {
         pc_round_mpi_failure(s, i, d->send ? "send failed" : "receive failed",
-                    d->mpi_error);
+                             d->mpi_error);
         return;
     }
     if (!d->send) {
@@ -195,15 +169,15 @@ void pc_sched_on_done(pc_sched *s, int64_t cookie, const pc_done *d)
             pc_tl_op(PC_EV_DELIVERED, s, i, PC_OC_OK);
         pc_round_complete(s, i, PC_OC_OK);
     } else if (s->reliable) {
-        /* told or silent: the transport knows; the collective cannot go on
-         * without the message */
+        /* told or silent: the transport knows; a reliable schedule cannot
+         * go on without the message */
         atomic_fetch_add(d->outcome == PC_MSG_DROPPED ? &s->dropped
                                                        : &s->swallowed, 1);
         pc_sched_set_error(s, PC_EMPI, "op %d (receive from rank %d, tag "
                            "%d) in round %llu: the message was lost on the "
-                           "emulated network, and this collective needs "
-                           "every message (send lossy traffic in a traffic "
-                           "class of its own)", i, op->peer, op->tag,
+                           "emulated network, and this schedule needs every "
+                           "message (it is reliable; send lossy traffic in a "
+                           "traffic class of its own)", i, op->peer, op->tag,
                            (unsigned long long)s->round);
     } else if (d->outcome == PC_MSG_DROPPED) {
         atomic_fetch_add(&s->dropped, 1);
@@ -216,7 +190,7 @@ void pc_sched_on_done(pc_sched *s, int64_t cookie, const pc_done *d)
     }
 }
 
-void pc_sched_on_timer(pc_sched *s, int i, uint64_t round, uint32_t gen)
+void pc_round_on_timer(pc_sched *s, int i, uint64_t round, uint32_t gen)
 {
     pc_op *op = &s->ops[i];
     if (s->cleaned || !s->armed || s->round != round ||
@@ -229,9 +203,9 @@ void pc_sched_on_timer(pc_sched *s, int i, uint64_t round, uint32_t gen)
     }
     if (op->req >= 0) {
         pc_done d;
-        int r = pc_engine_cancel_recv(op->req, 1, &d);
+        int r = pc_wire_cancel_recv(op->req, 1, &d);
         if (r == 0) {               /* it arrived meanwhile */
-            pc_sched_on_done(s, i, &d);
+            pc_round_on_done(s, i, &d);
             return;
         }
         op->req = -1;
@@ -244,9 +218,9 @@ void pc_sched_on_timer(pc_sched *s, int i, uint64_t round, uint32_t gen)
     pc_round_complete(s, i, PC_OC_TIMEDOUT);
 }
 
-/* One step of progress.  Returns >0 when anything happened, 0 when nothing
- * did, <0 on error (recorded in s->error). */
-void pc_sched_stop(pc_sched *s)
+/* Error or free: cancel every receive (a local operation), drop sends that
+ * were never handed to the transport, let the others complete. */
+void pc_round_stop(pc_sched *s)
 {
     if (s->cleaned)
         return;
@@ -255,22 +229,22 @@ void pc_sched_stop(pc_sched *s)
         pc_op *op = &s->ops[i];
         if (op->kind == PC_RECV && op->req >= 0) {
             pc_done d;
-            pc_engine_cancel_recv(op->req, 1, &d);
+            pc_wire_cancel_recv(op->req, 1, &d);
             op->req = -1;
         }
     }
     for (int k = 0; k < s->ndisc; k++) {
         pc_done d;
-        pc_engine_cancel_recv(s->disc_req[k], 0, &d);
-        free(s->disc_buf[k]);
+        pc_wire_cancel_recv(s->disc[k].req, 0, &d);
+        free(s->disc[k].buf);
     }
     s->ndisc = 0;
-    pc_engine_unhold(s);
+    pc_wire_unhold(s);
     s->nheld = 0;
     for (int k = 0; k < s->ndev; k++)
-        pc_dev_sync(&s->dq, s->dev_ev[k]);
+        pc_dev_sync(&s->dq, s->dev[k].ev);
     s->ndev = 0;
-    pc_engine_unregister_stamped(s);
+    pc_ctrl_unregister(s);
     s->armed = 0;
     s->inflight = 0;
     s->nheap = 0;

@@ -1,4 +1,4 @@
-/* pc_types.c -- datatypes and reduction operators, mapped onto MPI.
+/* types.c -- datatypes and reduction operators, mapped onto MPI.
  * Reductions use MPI_Reduce_local, so every (op, type) pair MPI defines is
  * computed by the MPI library itself, on whichever thread runs the op.
  * float16, which MPI has no basic type for, travels as 16-bit words and is
@@ -6,9 +6,8 @@
  * and rounded back to nearest even.  float's 24-bit significand is at least
  * 2 * 11 + 2 bits, so this double rounding gives the correctly rounded
  * float16 result of +, *, min and max (the same as NumPy's float16 loops). */
-#include "pc_sched.h"
+#include "sched/types.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 const pc_dtype_info pc_dtypes[PC_NDTYPES] = {
@@ -56,7 +55,7 @@ MPI_Datatype pc_mpi_dtype(int dtype, int redop)
     }
 }
 
-MPI_Op pc_mpi_op(int redop)
+static MPI_Op mpi_op(int redop)
 {
     switch (redop) {
     case PC_SUM: return MPI_SUM;
@@ -145,7 +144,7 @@ int pc_reduce_local(const void *src, void *dst, int64_t count, int dtype,
     if (dtype == PC_FLOAT16)
         return reduce_half(src, dst, count, redop);
     return MPI_Reduce_local(src, dst, (int)count, pc_mpi_dtype(dtype, redop),
-                            pc_mpi_op(redop));
+                            mpi_op(redop));
 }
 
 /* Which (op, dtype) pairs are defined; mirrors the MPI standard's table. */
@@ -163,10 +162,6 @@ int pc_redop_valid(int redop, int dtype)
         return k == 'i' || k == 'u' || k == 'b';
     }
 }
-
-const char *const pc_kind_names[PC_NKINDS] = {
-    "nop", "trigger", "send", "recv", "reduce", "copy", "callback", "fence",
-    "delay", "start_at", "gate", "scale"};
 
 /* buf[i] /= divisor for the float and complex types (SCALE ops). */
 int pc_scale(void *buf, int64_t count, int dtype, double divisor)
@@ -193,24 +188,4 @@ int pc_scale(void *buf, int64_t count, int dtype, double divisor)
 #undef SCALE_LOOP
     default: return -1;
     }
-}
-
-static _Atomic int alloc_countdown = -1;
-
-void pc_inject_alloc_failure(int n)
-{
-    atomic_store(&alloc_countdown, n);
-}
-
-void *pc_realloc(void *p, size_t n)
-{
-    return pc_alloc_ok() ? realloc(p, n) : NULL;
-}
-
-int pc_alloc_ok(void)
-{
-    int n = atomic_load(&alloc_countdown);
-    while (n > 0 && !atomic_compare_exchange_weak(&alloc_countdown, &n, n - 1))
-        ;
-    return n != 0;
 }

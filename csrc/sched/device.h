@@ -1,5 +1,5 @@
 /*
- * pc_device.h -- device (GPU) memory for the executor.
+ * device.h -- device (GPU) memory for the executor: a schedule's device queue.
  *
  * A buffer slot lives in host or device memory.  COPY and REDUCE ops that
  * touch a device slot are *device ops*: they are queued on the schedule's
@@ -28,7 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { PC_HOST = 0, PC_DEVICE = 1 };             /* memory space of a slot */
+#include "common/pc_common.h"     /* PC_HOST, PC_DEVICE: a slot's memory */
+
 enum { PC_DEV_NONE = 0, PC_DEV_EMULATE = 1, PC_DEV_CUDA = 2 };
 
 typedef struct pc_emu_task pc_emu_task;
@@ -62,7 +63,6 @@ int pc_dev_record(pc_devq *q, uintptr_t *ev);
 int pc_dev_query(pc_devq *q, uintptr_t ev);
 /* Block until the event completed; releases it. */
 int pc_dev_sync(pc_devq *q, uintptr_t ev);
-void pc_dev_release(pc_devq *q, uintptr_t ev);
 
 /* Process-level queries (cuda backend): the calling thread's current
  * context, and whether the MPI library says it is CUDA-aware (1 yes, 0 no,

@@ -1,58 +1,9 @@
-/* pc_pysched.c -- partialcoll._core.Sched, the Python face of one schedule.
+/* pysched.c -- partialcoll._core.Sched, the Python face of one schedule.
  * Each method normalises its arguments, takes a reference on the C schedule
  * before releasing the GIL around anything that can block, calls the core
- * and maps the return code through pc_raise(). */
-#include "pc_module.h"
-
-
-
-/* Freed schedules whose sends are still in flight keep their buffers
- * here (MPI reads them until the sends complete); reaped with the GIL. */
-typedef struct {
-    pc_sched *s;
-    Py_buffer *views;
-    char *has_view;
-    int nslots;
-} parked;
-static parked *park;
-static int npark, cappark;
-
-static void release_views(Py_buffer *views, char *has_view, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (has_view[i]) {
-            PyBuffer_Release(&views[i]);
-            has_view[i] = 0;
-        }
-}
-
-int pc_reap(void)
-{
-    int keep = 0;
-    for (int k = 0; k < npark; k++) {
-        parked *p = &park[k];
-        if (atomic_load_explicit(&p->s->sends_left,
-                                 memory_order_acquire) > 0) {
-            park[keep++] = *p;
-            continue;
-        }
-        release_views(p->views, p->has_view, p->nslots);
-        PyMem_Free(p->views);
-        PyMem_Free(p->has_view);
-        pc_sched_unref(p->s);
-    }
-    npark = keep;
-    return npark;
-}
-
-int pc_check_open(SchedObject *self)
-{
-    if (!self->s) {
-        pc_raise(PC_EFREED, "the schedule has been freed");
-        return -1;
-    }
-    return 0;
-}
+ * and maps the return code through pc_raise().  Its waits are in pysync.c,
+ * its attributes in pyattrs.c, freeing it in pypark.c. */
+#include "python/module.h"
 
 static int sched_init(SchedObject *self, PyObject *args, PyObject *kw)
 {
@@ -118,54 +69,6 @@ out:
     return 0;
 }
 
-static int park_push(parked p)
-{
-    if (npark == cappark) {
-        int cap = cappark ? 2 * cappark : 8;
-        parked *q = PyMem_Realloc(park, (size_t)cap * sizeof(parked));
-        if (!q)
-            return -1;
-        park = q;
-        cappark = cap;
-    }
-    park[npark++] = p;
-    return 0;
-}
-
-static void do_free(SchedObject *self)
-{
-    pc_sched *s = self->s;
-    if (!s)
-        return;
-    self->s = NULL;
-    int draining;
-    Py_BEGIN_ALLOW_THREADS
-    draining = pc_engine_free(s);
-    Py_END_ALLOW_THREADS
-    if (!draining) {
-        release_views(self->views, self->has_view, self->nslots);
-        pc_sched_unref(s);
-    } else {
-        /* MPI still reads the send buffers: they go with the schedule to
-         * the park, released by pc_reap() once its sends completed */
-        Py_buffer *v = PyMem_Calloc((size_t)self->nslots + 1,
-                                    sizeof(Py_buffer));
-        char *h = PyMem_Calloc((size_t)self->nslots + 1, 1);
-        if (v && h && park_push((parked){s, self->views, self->has_view,
-                                         self->nslots}) == 0) {
-            self->views = v;
-            self->has_view = h;
-        } else {
-            /* no memory to park: keep the views (and the schedule) for
-             * ever rather than let MPI read freed memory */
-            PyMem_Free(v);
-            PyMem_Free(h);
-            memset(self->has_view, 0, (size_t)self->nslots);
-        }
-    }
-    pc_reap();
-}
-
 static void sched_dealloc(SchedObject *self)
 {
     if (self->locked) {
@@ -173,9 +76,9 @@ static void sched_dealloc(SchedObject *self)
         pc_sched_unref(self->locked);
         self->locked = NULL;
     }
-    do_free(self);
+    pc_py_free(self);
     if (self->has_view)
-        release_views(self->views, self->has_view, self->nslots);
+        pc_py_release_views(self->views, self->has_view, self->nslots);
     PyMem_Free(self->views);
     PyMem_Free(self->has_view);
     Py_XDECREF(self->comm);
@@ -302,7 +205,20 @@ static PyObject *do_post(SchedObject *self, int wake)
     return PyLong_FromUnsignedLongLong(atomic_load(&self->s->posted));
 }
 
-static int check_lossless(SchedObject *self);
+/* A reliable schedule cannot run on a network that may lose its messages:
+ * refused before anything is sent (the network's description is the same
+ * on every rank, so every rank refuses). */
+static int check_lossless(SchedObject *self)
+{
+    pc_sched *s = self->s;
+    if (!s->reliable || !(pc_engine_lossy_classes() & s->classes))
+        return 0;
+    pc_raise(PC_EINVAL, "this schedule needs every message (it is "
+             "reliable), and the emulated network in use may drop its "
+             "traffic class (a drop probability, or a low priority level's "
+             "finite buffer): give lossy traffic a traffic class of its own");
+    return -1;
+}
 
 static PyObject *sched_post(SchedObject *self, PyObject *unused)
 {
@@ -327,7 +243,7 @@ static PyObject *sched_set_tag_base(SchedObject *self, PyObject *args)
 
 /* set_reliable(flag): a message the transport loses (an emulated network's
  * drop, told or silent) fails the round with a transport error instead of
- * ending its receive "dropped": for collectives that need every message. */
+ * ending its receive "dropped": for schedules that need every message. */
 static PyObject *sched_set_reliable(SchedObject *self, PyObject *args)
 {
     int flag;
@@ -342,21 +258,6 @@ static PyObject *sched_set_reliable(SchedObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* A reliable schedule cannot run on a network that may lose its messages:
- * refused before anything is sent (the network's description is the same
- * on every rank, so every rank refuses). */
-static int check_lossless(SchedObject *self)
-{
-    pc_sched *s = self->s;
-    if (!s->reliable || !(pc_netem_lossy() & s->classes))
-        return 0;
-    pc_raise(PC_EINVAL, "this collective needs every message, and the "
-             "emulated network in use may drop its traffic class (a drop "
-             "probability, or a low priority level's finite buffer): give "
-             "lossy traffic a traffic class of its own, or use RPSAverage");
-    return -1;
-}
-
 static PyObject *sched_fire(SchedObject *self, PyObject *args)
 {
     int op;
@@ -368,90 +269,6 @@ static PyObject *sched_fire(SchedObject *self, PyObject *args)
         return pc_raise(rc, rc == PC_EINVAL ? "fire() needs the index of a "
                         "trigger op" : "out of memory");
     Py_RETURN_NONE;
-}
-
-static PyObject *raise_sched_error(pc_sched *s, int rc)
-{
-    if (rc == PC_EFREED)
-        return pc_raise(rc, "the schedule was freed while this thread was "
-                            "waiting for it");
-    int e = atomic_load(&s->error);
-    return pc_raise(e != PC_OK ? e : rc, e != PC_OK ? s->errmsg
-                                                    : "partialcoll error");
-}
-
-/* Returns 0, or -1 with an exception set; *done: rounds completed. */
-static int wait_upto(SchedObject *self, unsigned long long upto,
-                     double timeout, unsigned long long *done)
-{
-    pc_sched *s = self->s;
-    int rc;
-    if (!s->persistent && upto > atomic_load(&s->posted)) {
-        pc_raise(PC_EINVAL, "waiting for a round that was never posted");
-        return -1;
-    }
-    if (pc_sched_lock_mine(s) && pc_sched_has_locked_ops(s) &&
-        atomic_load(&s->done) < upto) {
-        pc_raise(PC_EINVAL, "this thread holds the schedule's data lock, "
-                 "which its locked ops need: release it before waiting");
-        return -1;
-    }
-    pc_sched_ref(s);
-    /* Wait in slices so that signals (Ctrl-C) are handled while blocked;
-     * the deadline is on the clock, not a count of slices (a slice may
-     * overrun its 0.1 s). */
-    double deadline = timeout >= 0 ? pc_now() + timeout : HUGE_VAL;
-    for (;;) {
-        double left = deadline - pc_now();
-        double slice = left < 0.1 ? (left > 0 ? left : 0) : 0.1;
-        Py_BEGIN_ALLOW_THREADS
-        rc = pc_engine_wait(s, upto, slice);
-        Py_END_ALLOW_THREADS
-        if (rc != PC_ETIMEOUT || pc_now() >= deadline)
-            break;
-        if (PyErr_CheckSignals() < 0) {
-            pc_sched_unref(s);
-            return -1;
-        }
-    }
-    if (rc == PC_ETIMEOUT) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "round %llu did not complete within %.3f s",
-                 upto - 1, timeout);
-        pc_raise(PC_ETIMEOUT, msg);
-    } else if (rc != PC_OK) {
-        raise_sched_error(s, rc);
-    }
-    if (done)
-        *done = atomic_load(&s->done);
-    pc_sched_unref(s);
-    return rc == PC_OK ? 0 : -1;
-}
-
-/* wait(upto, timeout=-1): block until `upto` rounds have completed. */
-static PyObject *sched_wait(SchedObject *self, PyObject *args)
-{
-    unsigned long long upto, done = 0;
-    double timeout = -1.0;
-    if (!PyArg_ParseTuple(args, "K|d", &upto, &timeout) || pc_check_open(self))
-        return NULL;
-    if (wait_upto(self, upto, timeout, &done) < 0)
-        return NULL;
-    return PyLong_FromUnsignedLongLong(done);
-}
-
-static PyObject *sched_test(SchedObject *self, PyObject *args)
-{
-    unsigned long long upto;
-    if (!PyArg_ParseTuple(args, "K", &upto) || pc_check_open(self))
-        return NULL;
-    if (atomic_load(&self->s->error) != PC_OK)
-        return raise_sched_error(self->s, PC_OK);
-    if (atomic_load_explicit(&self->s->done, memory_order_acquire) >= upto)
-        Py_RETURN_TRUE;
-    /* nudge the engine so test() loops make progress even without a thread */
-    pc_engine_wake();
-    Py_RETURN_FALSE;
 }
 
 /* run(send, recv, tag_base, timeout=-1): the blocking fast path of one-shot
@@ -480,7 +297,7 @@ static PyObject *sched_run(SchedObject *self, PyObject *args)
         return NULL;
     unsigned long long upto = PyLong_AsUnsignedLongLong(posted);
     Py_DECREF(posted);
-    rc = wait_upto(self, upto, timeout, NULL);
+    rc = pc_py_wait_upto(self, upto, timeout, NULL);
     if (self->s && pc_sched_idle(self->s))
         for (int slot = 0; slot < 2; slot++) {
             PyBuffer_Release(&self->views[slot]);
@@ -529,42 +346,8 @@ static PyObject *sched_unlock(SchedObject *self, PyObject *unused)
 static PyObject *sched_free(SchedObject *self, PyObject *unused)
 {
     (void)unused;
-    do_free(self);
+    pc_py_free(self);
     Py_RETURN_NONE;
-}
-
-/* wait_gate(timeout=-1) -> (op, round): the next gate op made ready. */
-static PyObject *sched_wait_gate(SchedObject *self, PyObject *args)
-{
-    double timeout = -1.0;
-    int op = -1, rc;
-    uint64_t round = 0;
-    if (!PyArg_ParseTuple(args, "|d", &timeout) || pc_check_open(self))
-        return NULL;
-    pc_sched *s = self->s;
-    pc_sched_ref(s);
-    double left = timeout;
-    for (;;) {
-        double slice = (left >= 0 && left < 0.1) ? left : 0.1;
-        Py_BEGIN_ALLOW_THREADS
-        rc = pc_engine_wait_gate(s, slice, &op, &round);
-        Py_END_ALLOW_THREADS
-        if (rc != PC_ETIMEOUT || (left >= 0 && (left -= slice) <= 0))
-            break;
-        if (PyErr_CheckSignals() < 0) {
-            pc_sched_unref(s);
-            return NULL;
-        }
-    }
-    PyObject *res = NULL;
-    if (rc == PC_OK)
-        res = Py_BuildValue("(iK)", op, (unsigned long long)round);
-    else if (rc == PC_ETIMEOUT)
-        pc_raise(rc, "no gate became ready in time");
-    else
-        raise_sched_error(s, rc);
-    pc_sched_unref(s);
-    return res;
 }
 
 static PyObject *sched_open_gate(SchedObject *self, PyObject *args)
@@ -592,18 +375,18 @@ static PyMethodDef sched_methods[] = {
     {"set_reliable", (PyCFunction)sched_set_reliable, METH_VARARGS,
      "set_reliable(flag): a lost message fails the round"},
     {"fire", (PyCFunction)sched_fire, METH_VARARGS, "fire(op, round=-1)"},
-    {"wait", (PyCFunction)sched_wait, METH_VARARGS, "wait(upto, timeout=-1)"},
-    {"test", (PyCFunction)sched_test, METH_VARARGS, "test(upto) -> bool"},
+    {"wait", (PyCFunction)pc_py_wait, METH_VARARGS, "wait(upto, timeout=-1)"},
+    {"test", (PyCFunction)pc_py_test, METH_VARARGS, "test(upto) -> bool"},
     {"run", (PyCFunction)sched_run, METH_VARARGS,
      "run(send, recv, tag_base, timeout=-1)"},
     {"free", (PyCFunction)sched_free, METH_NOARGS, "free()"},
     {"lock", (PyCFunction)sched_lock, METH_NOARGS, "take the data lock"},
     {"unlock", (PyCFunction)sched_unlock, METH_NOARGS, "release it"},
-    {"wait_gate", (PyCFunction)sched_wait_gate, METH_VARARGS,
+    {"wait_gate", (PyCFunction)pc_py_wait_gate, METH_VARARGS,
      "wait_gate(timeout=-1) -> (op, round)"},
     {"open_gate", (PyCFunction)sched_open_gate, METH_VARARGS,
      "open_gate(op, round)"},
-    {"outcomes", (PyCFunction)pc_sched_outcomes, METH_NOARGS,
+    {"outcomes", (PyCFunction)pc_py_outcomes, METH_NOARGS,
      "outcomes() -> (round, outcome bytes, int32 delivered counts, float64 "
      "completion, arrival and first-byte-on-the-wire times)"},
     {NULL, NULL, 0, NULL}};
@@ -617,5 +400,5 @@ PyTypeObject pc_SchedType = {
     .tp_init = (initproc)sched_init,
     .tp_dealloc = (destructor)sched_dealloc,
     .tp_methods = sched_methods,
-    .tp_getset = pc_sched_getset,
+    .tp_getset = pc_py_getset,
 };

@@ -1,6 +1,7 @@
-/* pc_device.c -- the device queue of a schedule: CUDA (through dlopen) or the
- * host emulation the tests use.  See pc_device.h. */
-#include "pc_sched.h"
+/* device.c -- the device queue of a schedule: CUDA (through dlopen) or the
+ * host emulation the tests use.  See device.h. */
+#include "sched/device.h"
+#include "sched/types.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -298,12 +299,4 @@ int pc_dev_sync(pc_devq *q, uintptr_t ev)
     CUresult r = cu.EventSynchronize((void *)ev);
     cu.EventDestroy((void *)ev);
     return cu_check(q, r, "cuEventSynchronize");
-}
-
-void pc_dev_release(pc_devq *q, uintptr_t ev)
-{
-    if (q->backend == PC_DEV_CUDA && ev) {
-        cu.CtxSetCurrent(q->ctx);
-        cu.EventDestroy((void *)ev);
-    }
 }

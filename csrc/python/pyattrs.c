@@ -1,11 +1,11 @@
-/* pc_pyattrs.c -- the read-only side of partialcoll._core.Sched: rounds,
+/* pyattrs.c -- the read-only side of partialcoll._core.Sched: rounds,
  * counters, the last round's outcomes. */
-#include "pc_module.h"
+#include "python/module.h"
 
 /* outcomes() -> (round, outcome bytes, delivered-input counts as int32
  * bytes, completion times and arrival times as float64 bytes) of the last
  * completed round (round -1: none yet). */
-PyObject *pc_sched_outcomes(SchedObject *self, PyObject *unused)
+PyObject *pc_py_outcomes(SchedObject *self, PyObject *unused)
 {
     (void)unused;
     if (pc_check_open(self))
@@ -112,7 +112,7 @@ static PyObject *sched_get_freed(SchedObject *self, void *c)
     return PyBool_FromLong(self->s == NULL);
 }
 
-PyGetSetDef pc_sched_getset[] = {
+PyGetSetDef pc_py_getset[] = {
     {"done", (getter)sched_get_done, NULL, "rounds completed", NULL},
     {"posted", (getter)sched_get_posted, NULL, "rounds posted", NULL},
     {"stats", (getter)sched_get_stats, NULL, "discarded inputs, outcomes",

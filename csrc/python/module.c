@@ -1,35 +1,10 @@
-/* pc_module.c -- partialcoll._core: module functions (engine control, the
+/* module.c -- partialcoll._core: module functions (engine control, the
  * emulated network, the timeline) and the constants of the C core.  The
- * Sched type is in pc_pysched.c. */
-#include "pc_module.h"
-#include "pc_netem.h"
+ * Sched type is in pysched.c (module.h lists the binding's files). */
+#include "python/module.h"
+#include "common/pc_trace.h"
 
 #include <math.h>
-
-static PyObject *exc_for_code[PC_NCODES];   /* set by partialcoll.core.errors */
-
-PyObject *pc_raise(int rc, const char *msg)
-{
-    PyObject *cls = (rc > 0 && rc < PC_NCODES && exc_for_code[rc])
-                        ? exc_for_code[rc] : PyExc_RuntimeError;
-    PyErr_SetString(cls, msg && *msg ? msg : "partialcoll error");
-    return NULL;
-}
-
-static PyObject *mod_set_exceptions(PyObject *m, PyObject *mapping)
-{
-    (void)m;
-    for (int i = 1; i < PC_NCODES; i++) {
-        PyObject *k = PyLong_FromLong(i);
-        PyObject *v = PyDict_GetItemWithError(mapping, k);
-        Py_DECREF(k);
-        if (v) {
-            Py_INCREF(v);
-            Py_XSETREF(exc_for_code[i], v);
-        }
-    }
-    Py_RETURN_NONE;
-}
 
 /* shutdown(drain_timeout) -> sends that never completed */
 static PyObject *mod_shutdown(PyObject *m, PyObject *args)
@@ -136,8 +111,8 @@ static PyObject *mod_netem_model(PyObject *m, PyObject *args)
             goto done;
     }
     double event = NAN;
-    double after = netem_model_probe(config, t0, t, msgs, (int)n, now, out,
-                                     &event, err, sizeof err);
+    double after = pc_engine_network_model(config, t0, t, msgs, (int)n, now,
+                                           out, &event, err, sizeof err);
     if (isnan(after)) {
         pc_raise(PC_EINVAL, err);
         goto done;
@@ -165,11 +140,14 @@ done:
 static PyObject *mod_network_rate(PyObject *m, PyObject *args)
 {
     (void)m;
-    int rank, nic;
+    int rank, nic, rc;
     double t, rate, t0;
     if (!PyArg_ParseTuple(args, "iid", &rank, &nic, &t))
         return NULL;
-    if (pc_netem_query(rank, nic, t, &rate, &t0) < 0)
+    Py_BEGIN_ALLOW_THREADS
+    rc = pc_engine_network_rate(rank, nic, t, &rate, &t0);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
         return pc_raise(PC_EINVAL, "no emulated network in use, or no such "
                         "rank/NIC");
     return Py_BuildValue("(dd)", rate, t0);
@@ -233,6 +211,7 @@ static PyObject *mod_mpi_cuda_aware(PyObject *m, PyObject *unused)
     return PyLong_FromLong(pc_mpi_cuda_aware());
 }
 
+/* ---- constants(): the C core's, so Python never copies one by hand */
 static int set_int(PyObject *d, const char *k, long v)
 {
     PyObject *o = PyLong_FromLong(v);
@@ -241,104 +220,113 @@ static int set_int(PyObject *d, const char *k, long v)
     return rc;
 }
 
+/* d[k] = v, v's reference taken (also on failure) */
+static int set_new(PyObject *d, const char *k, PyObject *v)
+{
+    int rc = v ? PyDict_SetItemString(d, k, v) : -1;
+    Py_XDECREF(v);
+    return rc;
+}
+
+/* each name is its value's without the PC_ prefix: they cannot drift */
+#define K(name) {#name, PC_##name}
+static const struct { const char *name; long value; } constants[] = {
+    K(NOP), K(TRIGGER), K(SEND), K(RECV), K(REDUCE), K(COPY), K(CALLBACK),
+    K(FENCE), K(DELAY), K(START_AT), K(GATE), K(SCALE),
+    K(HOST), K(DEVICE), K(DEV_EMULATE), K(DEV_CUDA),
+    K(NREDOPS), K(NDTYPES), K(NCLASS),
+    K(ALL), K(ANY), K(ATLEAST),
+    K(F_LOCKED), K(F_OPTIONAL), K(F_STAMPED), K(F_DELIVERED),
+    K(OC_NONE), K(OC_OK), K(OC_DROPPED), K(OC_TIMEDOUT), K(OC_SKIPPED),
+    K(DESC_LEN), K(D_KIND), K(D_MODE), K(D_FLAGS), K(D_ASLOT), K(D_AOFF),
+    K(D_BSLOT), K(D_BOFF), K(D_COUNT), K(D_DTYPE), K(D_REDOP), K(D_PEER),
+    K(D_TAG), K(D_PRIO), K(D_NDEPS), K(D_DEPOFF), K(D_NEED), K(D_TIMEOUT),
+    K(D_TCLASS), K(D_ORDER), K(D_VALUE), K(D_PSLOT), K(D_POFF), K(D_REF),
+    K(D_ADD), K(D_PRSLOT), K(D_PROFF),
+    K(EINVAL), K(EBUSY), K(EMPI), K(ETIMEOUT), K(ENOMEM), K(EFREED),
+    K(ETHREAD), K(EDEVICE),
+    K(EV_READY), K(EV_START), K(EV_COMPLETE), K(EV_GATED), K(EV_RELEASED),
+    K(EV_WIRE_START), K(EV_WIRE_END), K(EV_DELIVERED), K(EV_DROPPED),
+    K(EV_TIMEDOUT), K(EV_ROUND),
+};
+#undef K
+
+/* [name of kind 0, name of kind 1, ...] */
+static PyObject *kind_names(void)
+{
+    PyObject *kinds = PyList_New(PC_NKINDS);
+    for (int i = 0; kinds && i < PC_NKINDS; i++) {
+        PyObject *n = PyUnicode_FromString(pc_kind_names[i]);
+        if (!n)
+            Py_CLEAR(kinds);
+        else
+            PyList_SET_ITEM(kinds, i, n);
+    }
+    return kinds;
+}
+
+/* {dtype name: (code, bytes, kind)} */
+static PyObject *dtypes(void)
+{
+    PyObject *dt = PyDict_New();
+    for (int i = 0; dt && i < PC_NDTYPES; i++)
+        if (set_new(dt, pc_dtypes[i].name,
+                    Py_BuildValue("(iiC)", i, pc_dtypes[i].size,
+                                  pc_dtypes[i].kind)) < 0)
+            Py_CLEAR(dt);
+    return dt;
+}
+
+/* the names of the dtypes redop is defined for */
+static PyObject *valid_dtypes(int redop)
+{
+    PyObject *valid = PyList_New(0);
+    for (int t = 0; valid && t < PC_NDTYPES; t++) {
+        if (!pc_redop_valid(redop, t))
+            continue;
+        PyObject *n = PyUnicode_FromString(pc_dtypes[t].name);
+        if (!n || PyList_Append(valid, n) < 0)
+            Py_CLEAR(valid);
+        Py_XDECREF(n);
+    }
+    return valid;
+}
+
+/* {redop name: (code, [dtype names it is defined for])} */
+static PyObject *redops(void)
+{
+    PyObject *ops = PyDict_New();
+    for (int i = 0; ops && i < PC_NREDOPS; i++) {
+        PyObject *valid = valid_dtypes(i);
+        if (set_new(ops, pc_redop_names[i],
+                    valid ? Py_BuildValue("(iN)", i, valid) : NULL) < 0)
+            Py_CLEAR(ops);
+    }
+    return ops;
+}
+
 static PyObject *mod_constants(PyObject *m, PyObject *unused)
 {
     (void)m;
     (void)unused;
-    static const struct { const char *name; long value; } C[] = {
-        {"NOP", PC_NOP}, {"TRIGGER", PC_TRIGGER}, {"SEND", PC_SEND},
-        {"RECV", PC_RECV}, {"REDUCE", PC_REDUCE}, {"COPY", PC_COPY},
-        {"CALLBACK", PC_CALLBACK}, {"FENCE", PC_FENCE}, {"DELAY", PC_DELAY},
-        {"START_AT", PC_START_AT}, {"GATE", PC_GATE}, {"SCALE", PC_SCALE},
-        {"HOST", PC_HOST}, {"DEVICE", PC_DEVICE},
-        {"DEV_EMULATE", PC_DEV_EMULATE}, {"DEV_CUDA", PC_DEV_CUDA},
-        {"NREDOPS", PC_NREDOPS}, {"NDTYPES", PC_NDTYPES},
-        {"ALL", PC_ALL}, {"ANY", PC_ANY}, {"ATLEAST", PC_ATLEAST},
-        {"F_LOCKED", PC_F_LOCKED}, {"F_OPTIONAL", PC_F_OPTIONAL},
-        {"F_STAMPED", PC_F_STAMPED}, {"F_DELIVERED", PC_F_DELIVERED},
-        {"OC_NONE", PC_OC_NONE}, {"OC_OK", PC_OC_OK},
-        {"OC_DROPPED", PC_OC_DROPPED}, {"OC_TIMEDOUT", PC_OC_TIMEDOUT},
-        {"OC_SKIPPED", PC_OC_SKIPPED},
-        {"DESC_LEN", PC_DESC_LEN}, {"D_KIND", PC_D_KIND},
-        {"D_MODE", PC_D_MODE}, {"D_FLAGS", PC_D_FLAGS},
-        {"D_ASLOT", PC_D_ASLOT}, {"D_AOFF", PC_D_AOFF},
-        {"D_BSLOT", PC_D_BSLOT}, {"D_BOFF", PC_D_BOFF},
-        {"D_COUNT", PC_D_COUNT}, {"D_DTYPE", PC_D_DTYPE},
-        {"D_REDOP", PC_D_REDOP}, {"D_PEER", PC_D_PEER}, {"D_TAG", PC_D_TAG},
-        {"D_PRIO", PC_D_PRIO}, {"D_NDEPS", PC_D_NDEPS},
-        {"D_DEPOFF", PC_D_DEPOFF}, {"D_NEED", PC_D_NEED},
-        {"D_TIMEOUT", PC_D_TIMEOUT}, {"D_TCLASS", PC_D_TCLASS},
-        {"D_ORDER", PC_D_ORDER}, {"D_VALUE", PC_D_VALUE},
-        {"D_PSLOT", PC_D_PSLOT}, {"D_POFF", PC_D_POFF}, {"D_REF", PC_D_REF},
-        {"D_ADD", PC_D_ADD}, {"D_PRSLOT", PC_D_PRSLOT},
-        {"D_PROFF", PC_D_PROFF}, {"NCLASS", NETEM_NCLASS},
-        {"EINVAL", PC_EINVAL}, {"EBUSY", PC_EBUSY}, {"EMPI", PC_EMPI},
-        {"ETIMEOUT", PC_ETIMEOUT}, {"ENOMEM", PC_ENOMEM},
-        {"EFREED", PC_EFREED}, {"ETHREAD", PC_ETHREAD},
-        {"EDEVICE", PC_EDEVICE},
-        {"EV_READY", PC_EV_READY}, {"EV_START", PC_EV_START},
-        {"EV_COMPLETE", PC_EV_COMPLETE}, {"EV_GATED", PC_EV_GATED},
-        {"EV_RELEASED", PC_EV_RELEASED}, {"EV_WIRE_START", PC_EV_WIRE_START},
-        {"EV_WIRE_END", PC_EV_WIRE_END}, {"EV_DELIVERED", PC_EV_DELIVERED},
-        {"EV_DROPPED", PC_EV_DROPPED}, {"EV_TIMEDOUT", PC_EV_TIMEDOUT},
-        {"EV_ROUND", PC_EV_ROUND},
-    };
-    PyObject *d = PyDict_New(), *dt = PyDict_New(), *ops = PyDict_New();
-    PyObject *kinds = PyList_New(0);
-    if (!d || !dt || !ops || !kinds)
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++)
+        if (set_int(d, constants[i].name, constants[i].value) < 0)
+            goto fail;
+    if (set_new(d, "dtypes", dtypes()) < 0 ||
+        set_new(d, "redops", redops()) < 0 ||
+        set_new(d, "kinds", kind_names()) < 0)
         goto fail;
-    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++)
-        if (set_int(d, C[i].name, C[i].value) < 0)
-            goto fail;
-    for (int i = 0; i < PC_NKINDS; i++) {
-        PyObject *n = PyUnicode_FromString(pc_kind_names[i]);
-        if (!n || PyList_Append(kinds, n) < 0) {
-            Py_XDECREF(n);
-            goto fail;
-        }
-        Py_DECREF(n);
-    }
-    for (int i = 0; i < PC_NDTYPES; i++) {
-        PyObject *t = Py_BuildValue("(iiC)", i, pc_dtypes[i].size,
-                                    pc_dtypes[i].kind);
-        if (!t || PyDict_SetItemString(dt, pc_dtypes[i].name, t) < 0) {
-            Py_XDECREF(t);
-            goto fail;
-        }
-        Py_DECREF(t);
-    }
-    for (int i = 0; i < PC_NREDOPS; i++) {
-        PyObject *valid = PyList_New(0);
-        for (int t = 0; valid && t < PC_NDTYPES; t++)
-            if (pc_redop_valid(i, t)) {
-                PyObject *n = PyUnicode_FromString(pc_dtypes[t].name);
-                PyList_Append(valid, n);
-                Py_XDECREF(n);
-            }
-        PyObject *t = valid ? Py_BuildValue("(iN)", i, valid) : NULL;
-        if (!t || PyDict_SetItemString(ops, pc_redop_names[i], t) < 0) {
-            Py_XDECREF(t);
-            goto fail;
-        }
-        Py_DECREF(t);
-    }
-    PyDict_SetItemString(d, "dtypes", dt);
-    PyDict_SetItemString(d, "redops", ops);
-    PyDict_SetItemString(d, "kinds", kinds);
-    Py_DECREF(dt);
-    Py_DECREF(ops);
-    Py_DECREF(kinds);
     return d;
 fail:
-    Py_XDECREF(d);
-    Py_XDECREF(dt);
-    Py_XDECREF(ops);
-    Py_XDECREF(kinds);
+    Py_DECREF(d);
     return NULL;
 }
 
 static PyMethodDef mod_methods[] = {
-    {"set_exceptions", mod_set_exceptions, METH_O, "map codes to classes"},
+    {"set_exceptions", pc_set_exceptions, METH_O, "map codes to classes"},
     {"shutdown", mod_shutdown, METH_VARARGS,
      "shutdown(drain_timeout=5.0) -> schedules whose sends never completed"},
     {"reap", mod_reap, METH_NOARGS,

@@ -1,17 +1,19 @@
 /*
  * pc_transport.h -- the narrow interface between the executor and the wire.
  *
- * The executor hands a transport whole messages (pc_msg) and gets back
- * completions (pc_done); it never sees an MPI_Request.  Two transports:
+ * The executor (engine/) hands a transport whole messages (pc_msg) and gets
+ * back completions (pc_done); it never sees an MPI_Request, and a transport
+ * never sees a schedule: this part includes only common/.  Two transports:
  *
- *   mpi    (pc_transport_mpi.c) MPI_Isend/MPI_Irecv.  Every outstanding
+ *   mpi    (transport_mpi.c) MPI_Isend/MPI_Irecv.  Every outstanding
  *          request of the process lives in one table, tested with one
  *          MPI_Testsome per poll, so the cost of a poll follows the number
  *          of messages in flight, not the number of schedules.
- *   netem  (pc_netem.c) an emulated network for one host: NIC rates shared
- *          fairly between concurrent flows, per-pair latency, seeded drops.
- *          It decides when a message arrives and hands it to the mpi
- *          transport at that moment, the arrival time in a header.
+ *   netem  (netem*.c, pc_netem.h) an emulated network for one host: NIC
+ *          rates shared fairly between concurrent flows, per-pair latency,
+ *          seeded drops.  It decides when a message arrives and hands it
+ *          to the mpi transport at that moment, the arrival time in a
+ *          header.
  *
  * Contract, for every transport:
  *   - start() never blocks.  A receive can be cancelled (cancel_recv); a send
@@ -36,6 +38,8 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "common/pc_common.h"
+
 /* How a message ended, as the receiver sees it. */
 enum {
     PC_MSG_DELIVERED = 1,   /* the data arrived */
@@ -52,7 +56,7 @@ typedef struct {
     int peer, tag;          /* ranks and tags of comm */
     int wpeer;              /* peer's rank in MPI_COMM_WORLD (netem) */
     MPI_Comm comm;
-    int tclass;             /* traffic class: drop probabilities (netem) */
+    int tclass;             /* traffic class (pc_common.h), -1: control */
     void *owner;            /* completion cookie: who ... */
     int64_t cookie;         /* ... and which of its messages */
     /* for the timeline only (pc_tl_msg); opaque to transports */
@@ -99,18 +103,7 @@ struct pc_transport {
     int wait_yields;
 };
 
-double pc_now(void);                        /* CLOCK_MONOTONIC seconds */
-
+/* The MPI transport (one per process). */
 pc_transport *pc_transport_mpi(void);
-/* The emulated network (pc_netem.c); NULL with err set if it cannot start. */
-pc_transport *pc_netem_create(pc_transport *wire, const char *config,
-                              char *err, int errlen);
-/* The emulated network's rate for a NIC (0 out, 1 in) at time t, and its
- * time zero; -1 when no network is in use. */
-int pc_netem_query(int rank, int nic, double t, double *rate, double *t0);
-/* Bit c set: the emulated network in use may lose a message of traffic
- * class c (a drop probability on some pair, or a low level's finite
- * buffer); 0 without one. */
-unsigned pc_netem_lossy(void);
 
 #endif

@@ -1,4 +1,4 @@
-/* pc_transport_mpi.c -- the MPI transport: one request table for the whole
+/* transport_mpi.c -- the MPI transport: one request table for the whole
  * process, tested with one MPI_Testsome per poll.
  *
  * Requests are kept dense (positions 0..n-1, swap-remove on completion) so
@@ -6,13 +6,12 @@
  * it indexes a table of positions and carries a generation, so a stale
  * handle (its request already completed) is recognised instead of hitting
  * whatever request took its place. */
-#include "pc_transport.h"
-#include "pc_sched.h"
+#include "transport/pc_transport.h"
+#include "common/pc_common.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct {
     void *owner;
@@ -22,31 +21,31 @@ typedef struct {
 } entry;
 
 typedef struct {
+    int pos;               /* the request's position, or -1 when free */
+    uint32_t gen;
+} handle_slot;
+
+typedef struct {
     pc_transport base;
     int n, cap;
+    /* by position; reqs, st and idx are MPI_Testsome's own arrays */
     MPI_Request *reqs;
     MPI_Status *st;
     int *idx;
     entry *ent;
-    /* handles: pos[h] is the request's position, or -1 when free */
-    int *pos;
-    uint32_t *gen;
-    int *freeh;
-    int nfree, hcap;
     pc_done *done;
-    int capdone;
+    /* by handle */
+    handle_slot *handles;
+    int *freeh;            /* free handles (a stack) */
+    int nfree;
 } mpi_tp;
 
-double pc_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
+/* Room for one more request: every table doubles.  Each array is counted
+ * by the allocation-failure injection in this order (reqs first: see
+ * tests/test_core_lifecycle.py); a failure leaves the tables valid. */
 static int grow(mpi_tp *t)
 {
-    int cap = t->cap ? 2 * t->cap : 64;
+    int cap = pc_grow_cap(t->cap, t->n + 1, 64);
     MPI_Request *r = pc_realloc(t->reqs, cap * sizeof(*r));
     if (r)
         t->reqs = r;
@@ -62,23 +61,19 @@ static int grow(mpi_tp *t)
     pc_done *d = pc_realloc(t->done, cap * sizeof(*d));
     if (d)
         t->done = d;
-    int *p = pc_realloc(t->pos, cap * sizeof(int));
-    if (p)
-        t->pos = p;
-    uint32_t *g = pc_realloc(t->gen, cap * sizeof(uint32_t));
-    if (g)
-        t->gen = g;
+    handle_slot *h = pc_realloc(t->handles, cap * sizeof(*h));
+    if (h)
+        t->handles = h;
     int *f = pc_realloc(t->freeh, cap * sizeof(int));
     if (f)
         t->freeh = f;
-    if (!r || !s || !x || !e || !d || !p || !g || !f)
+    if (!r || !s || !x || !e || !d || !h || !f)
         return MPI_ERR_NO_MEM;
-    for (int h = t->hcap; h < cap; h++) {
-        t->pos[h] = -1;
-        t->gen[h] = 0;
-        t->freeh[t->nfree++] = h;
+    for (int k = t->cap; k < cap; k++) {
+        t->handles[k] = (handle_slot){-1, 0};
+        t->freeh[t->nfree++] = k;
     }
-    t->cap = t->hcap = t->capdone = cap;
+    t->cap = cap;
     return MPI_SUCCESS;
 }
 
@@ -97,12 +92,12 @@ static int mpi_start(pc_transport *tp, const pc_msg *m, int64_t *handle)
     if (rc != MPI_SUCCESS)
         return rc;
     int h = t->freeh[--t->nfree];
-    t->pos[h] = t->n;
+    t->handles[h].pos = t->n;
     t->reqs[t->n] = req;
     t->ent[t->n] = (entry){m->owner, m->cookie, m->send, h};
     t->n++;
     if (handle)
-        *handle = ((int64_t)t->gen[h] << 32) | (uint32_t)h;
+        *handle = ((int64_t)t->handles[h].gen << 32) | (uint32_t)h;
     return MPI_SUCCESS;
 }
 
@@ -110,14 +105,14 @@ static int mpi_start(pc_transport *tp, const pc_msg *m, int64_t *handle)
 static void drop(mpi_tp *t, int p)
 {
     int h = t->ent[p].hidx;
-    t->pos[h] = -1;
-    t->gen[h]++;
+    t->handles[h].pos = -1;
+    t->handles[h].gen++;
     t->freeh[t->nfree++] = h;
     int last = --t->n;
     if (p != last) {
         t->reqs[p] = t->reqs[last];
         t->ent[p] = t->ent[last];
-        t->pos[t->ent[p].hidx] = p;
+        t->handles[t->ent[p].hidx].pos = p;
     }
 }
 
@@ -182,9 +177,10 @@ static int mpi_cancel_recv(pc_transport *tp, int64_t handle, pc_done *d)
     mpi_tp *t = (mpi_tp *)tp;
     int h = (int)(uint32_t)handle;
     uint32_t g = (uint32_t)(handle >> 32);
-    if (h < 0 || h >= t->hcap || t->gen[h] != g || t->pos[h] < 0)
+    if (h < 0 || h >= t->cap || t->handles[h].gen != g ||
+        t->handles[h].pos < 0)
         return -1;                       /* already completed and reported */
-    int p = t->pos[h];
+    int p = t->handles[h].pos;
     MPI_Status st;
     int cancelled = 0;
     /* cancelling a receive is local: MPI_Wait returns at once */
@@ -217,8 +213,7 @@ static void mpi_shutdown(pc_transport *tp)
     free(t->idx);
     free(t->ent);
     free(t->done);
-    free(t->pos);
-    free(t->gen);
+    free(t->handles);
     free(t->freeh);
     memset(t, 0, sizeof(*t));
 }

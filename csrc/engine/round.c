@@ -1,13 +1,14 @@
-/* pc_round.c -- executing a schedule's rounds: readiness, starting ops,
+/* round.c -- executing a schedule's rounds: readiness, starting ops,
  * arming and finishing rounds, stamped messages and fires.  Semantics in
- * pc_sched.h; ops in flight (device work, completions, deadlines) are in
- * pc_inflight.c.
+ * sched/pc_sched.h; ops in flight (device work, completions, deadlines) are
+ * in inflight.c.
  *
  * Everything here runs with the engine's progress lock held, by the
  * progress thread or by an application thread that drives progress while it
- * waits.  Messages, timers and gates are put in motion through the engine
- * (pc_engine_*), which calls back pc_sched_on_done / pc_sched_on_timer. */
-#include "pc_round.h"
+ * waits.  Messages, timers and gates are put in motion through the wire
+ * (wire.c), the timers (timers.c) and the gate list (wait.c), which call
+ * back pc_round_on_done / pc_round_on_timer (inflight.c). */
+#include "engine/engine_int.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -106,7 +107,6 @@ void pc_round_complete(pc_sched *s, int i, int oc)
     }
 }
 
-
 void pc_round_mpi_failure(pc_sched *s, int i, const char *what, int code)
 {
     char msg[MPI_MAX_ERROR_STRING] = "";
@@ -133,14 +133,13 @@ static double param_seconds(pc_sched *s, pc_op *op)
     return 1e-9 * (double)op->value_ns;
 }
 
-/* ---- sends: the counter gate, then the engine (cap gate, transport) */
+/* ---- sends: the counter gate, then the wire (cap gate, transport) */
 static int release_send(pc_sched *s, int i)
 {
     pc_op *op = &s->ops[i];
-    int rc = pc_engine_start_send(s, i, pc_addr(s, op->aslot, op->aoff),
-                                  (int)op->count,
-                                  pc_mpi_dtype(op->dtype, PC_SUM),
-                                  op->tag + s->tag_base);
+    int rc = pc_wire_send(s, i, pc_addr(s, op->aslot, op->aoff),
+                          (int)op->count, pc_mpi_dtype(op->dtype, PC_SUM),
+                          op->tag + s->tag_base);
     if (rc != MPI_SUCCESS) {
         pc_round_mpi_failure(s, i, "send failed", rc);
         return PC_EMPI;
@@ -178,7 +177,7 @@ static int start_send(pc_sched *s, int i)
         op->stamp[1] = s->round;
         op->stamp[2] = (uint64_t)op->tag;
         op->stamp[3] = 0;
-        int rc = pc_engine_start_send(s, i, op->stamp, 4, MPI_UINT64_T, -1);
+        int rc = pc_wire_send(s, i, op->stamp, 4, MPI_UINT64_T, -1);
         if (rc != MPI_SUCCESS) {
             pc_round_mpi_failure(s, i, "activation send failed", rc);
             return PC_EMPI;
@@ -201,16 +200,15 @@ static int start_recv(pc_sched *s, int i)
     if (op->timeout_ns >= 0)
         op->t_ready = pc_now();
     s->inflight++;
-    int rc = pc_engine_start_recv(s, i, pc_addr(s, op->aslot, op->aoff),
-                                  (int)op->count,
-                                  pc_mpi_dtype(op->dtype, PC_SUM),
-                                  op->tag + s->tag_base, i, &op->req);
+    int rc = pc_wire_recv(s, i, pc_addr(s, op->aslot, op->aoff),
+                          (int)op->count, pc_mpi_dtype(op->dtype, PC_SUM),
+                          op->tag + s->tag_base, i, &op->req);
     if (rc != MPI_SUCCESS) {
         pc_round_mpi_failure(s, i, "receive failed", rc);
         return PC_EMPI;
     }
     if (op->timeout_ns >= 0)
-        return pc_engine_add_timer(s, i, op->t_ready + 1e-9 * op->timeout_ns);
+        return pc_timers_add(s, i, op->t_ready + 1e-9 * op->timeout_ns);
     return PC_OK;
 }
 
@@ -275,7 +273,7 @@ static int start_timed(pc_sched *s, int i)
         pc_round_complete(s, i, PC_OC_OK);
         return PC_OK;
     }
-    return pc_engine_add_timer(s, i, when);
+    return pc_timers_add(s, i, when);
 }
 
 static int start(pc_sched *s, int i)
@@ -354,7 +352,7 @@ int pc_round_run_ready(pc_sched *s)
 }
 
 /* ---- stamped messages and triggers */
-void pc_sched_deliver(pc_sched *s, int i, uint64_t r)
+void pc_round_deliver(pc_sched *s, int i, uint64_t r)
 {
     pc_op *op = &s->ops[i];
     if (op->kind == PC_GATE) {                 /* the application opened it */
@@ -372,18 +370,15 @@ void pc_sched_deliver(pc_sched *s, int i, uint64_t r)
         else
             atomic_fetch_add(&s->surplus, 1);
     } else if (op->kind == PC_RECV) {          /* future round: bank it */
-        if (op->nbank == op->capbank) {
-            int cap = op->capbank ? 2 * op->capbank : 4;
-            uint64_t *b = pc_realloc(op->bank, (size_t)cap * sizeof(uint64_t));
-            if (!b) {
-                pc_sched_set_error(s, PC_ENOMEM, "out of memory banking a "
-                                   "message of round %llu for op %d",
-                                   (unsigned long long)r, i);
-                return;
-            }
-            op->bank = b;
-            op->capbank = cap;
+        uint64_t *b = pc_grow(op->bank, &op->capbank, op->nbank + 1,
+                              sizeof(uint64_t), 4);
+        if (!b) {
+            pc_sched_set_error(s, PC_ENOMEM, "out of memory banking a "
+                               "message of round %llu for op %d",
+                               (unsigned long long)r, i);
+            return;
         }
+        op->bank = b;
         op->bank[op->nbank++] = r;
     }
 }
@@ -416,7 +411,7 @@ static void arm(pc_sched *s)
             int keep = 0;
             for (int k = 0; k < op->nbank; k++) {
                 if (op->bank[k] <= s->round)
-                    pc_sched_deliver(s, i, op->bank[k]);
+                    pc_round_deliver(s, i, op->bank[k]);
                 else
                     op->bank[keep++] = op->bank[k];
             }
@@ -468,12 +463,11 @@ static int absorb_fires(pc_sched *s)
         pthread_mutex_lock(&s->fire_mtx);
         int keep = 0;
         for (int k = 0; k < s->nsfire; k++) {
-            if (s->sfire_round[k] > s->round ||
-                (s->sfire_round[k] == s->round && !s->armed)) {
-                s->sfire_round[keep] = s->sfire_round[k];
-                s->sfire_op[keep++] = s->sfire_op[k];
+            pc_op_round f = s->sfire[k];
+            if (f.round > s->round || (f.round == s->round && !s->armed)) {
+                s->sfire[keep++] = f;
             } else {
-                pc_sched_deliver(s, s->sfire_op[k], s->sfire_round[k]);
+                pc_round_deliver(s, f.op, f.round);
                 n++;
             }
         }
@@ -483,7 +477,9 @@ static int absorb_fires(pc_sched *s)
     return n;
 }
 
-int pc_sched_progress(pc_sched *s)
+/* One step of progress.  Returns >0 when anything happened, 0 when nothing
+ * did, <0 on error (recorded in s->error). */
+int pc_round_progress(pc_sched *s)
 {
     int progressed = 0;
     if (atomic_load(&s->error) != PC_OK)
@@ -518,15 +514,10 @@ int pc_sched_progress(pc_sched *s)
     return progressed;
 }
 
-int pc_sched_hot(pc_sched *s)
-{
-    return s->inflight > 0 || s->lock_deferred;
-}
-
 /* Is a round in flight or about to start?  Quiet means: nothing in flight,
  * nothing of the armed round has happened, and no fire or early message is
  * waiting for a later round. */
-int pc_sched_busy(pc_sched *s)
+int pc_round_busy(pc_sched *s)
 {
     if (s->inflight > 0 || (s->armed && s->touched) ||
         atomic_load(&s->nsfire) > 0)
@@ -540,6 +531,3 @@ int pc_sched_busy(pc_sched *s)
     }
     return 0;
 }
-
-/* Error or free: cancel every receive (a local operation), drop sends that
- * were never handed to the transport, let the others complete. */

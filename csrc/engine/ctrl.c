@@ -1,0 +1,224 @@
+/* ctrl.c -- the control channel of round-stamped messages (the engine's
+ * side: wire.c design constraint 1).  Idle persistent schedules post
+ * nothing: their stamped receives are served by one wildcard receive per
+ * communicator, on the tag MPI_TAG_UB reserves for the executor, and each
+ * message is routed by {stamp id, source, tag} to the schedule it is for.
+ * A message for a schedule not registered yet is banked until it is;
+ * one for a schedule that was freed is foreign.  Progress lock held. */
+#include "engine/engine_int.h"
+
+#include <stdlib.h>
+
+typedef struct pc_ctrl_endpoint {
+    MPI_Comm comm;
+    int tag;                   /* MPI_TAG_UB of comm, reserved for us */
+    int refs;                  /* registered schedules */
+    uint64_t buf[4];           /* {stamp id, round, tag, 0} */
+    int64_t handle;            /* the posted wildcard receive, -1 none */
+    pc_sched **bucket;         /* stamp id -> schedules (chained by ep_next) */
+    int nbucket;
+    struct { uint64_t id, round; int src, tag; } *bank;   /* not yet claimed */
+    int nbank, capbank;
+    uint64_t freed[64];        /* recently unregistered stamp ids */
+    int nfreed;
+    struct pc_ctrl_endpoint *next;
+} endpoint;
+
+static struct {
+    endpoint *eps;             /* one per communicator in use */
+    uint64_t foreign, unclaimed;
+} ctrl;
+
+enum { BANK_MAX = 4096 };
+
+static endpoint *ep_find(MPI_Comm comm)
+{
+    for (endpoint *e = ctrl.eps; e; e = e->next)
+        if (e->comm == comm)
+            return e;
+    return NULL;
+}
+
+static int ep_post(endpoint *e)
+{
+    pc_msg m = {0, e->buf, 4, MPI_UINT64_T, 32, MPI_ANY_SOURCE, e->tag, -1,
+                e->comm, 0, e, PC_COOKIE_CTRL, 0, 0, -1, 0};
+    return pc_wire_start(&m, &e->handle);
+}
+
+static unsigned bucket_of(endpoint *e, uint64_t id)
+{
+    return (unsigned)((id * 0x9E3779B97F4A7C15ULL) >> 32) % e->nbucket;
+}
+
+static int ep_grow(endpoint *e)
+{
+    int nb = e->nbucket ? 2 * e->nbucket : 16;
+    pc_sched **b = calloc((size_t)nb, sizeof(*b));
+    if (!b)
+        return PC_ENOMEM;
+    pc_sched **old = e->bucket;
+    int nold = e->nbucket;
+    e->bucket = b;
+    e->nbucket = nb;
+    for (int k = 0; k < nold; k++)
+        for (pc_sched *s = old[k], *nx; s; s = nx) {
+            nx = s->ep_next;
+            unsigned h = bucket_of(e, s->stamp_id);
+            s->ep_next = e->bucket[h];
+            e->bucket[h] = s;
+        }
+    free(old);
+    return PC_OK;
+}
+
+/* Route a stamped message; 1 if a schedule took it. */
+static int route(endpoint *e, uint64_t id, uint64_t round, int src, int tag)
+{
+    for (pc_sched *s = e->bucket[bucket_of(e, id)]; s; s = s->ep_next) {
+        if (s->stamp_id != id || s->cleaned)
+            continue;
+        int op = pc_sched_find_srecv(s, src, tag);
+        if (op < 0)
+            continue;
+        pc_round_deliver(s, op, round);
+        pc_engine_queue(s);
+        return 1;
+    }
+    return 0;
+}
+
+int pc_ctrl_register(pc_sched *s)
+{
+    if (s->registered || s->nsrecv == 0)
+        return PC_OK;
+    endpoint *e = ep_find(s->comm);
+    if (!e) {
+        e = calloc(1, sizeof(*e));
+        if (!e || ep_grow(e) != PC_OK) {
+            free(e);
+            return PC_ENOMEM;
+        }
+        e->comm = s->comm;
+        e->tag = s->tag_ub;
+        e->handle = -1;
+        if (ep_post(e) != MPI_SUCCESS) {
+            free(e->bucket);
+            free(e);
+            return PC_EMPI;
+        }
+        e->next = ctrl.eps;
+        ctrl.eps = e;
+    }
+    if (e->refs + 1 > 2 * e->nbucket && ep_grow(e) != PC_OK)
+        return PC_ENOMEM;
+    unsigned h = bucket_of(e, s->stamp_id);
+    s->ep_next = e->bucket[h];
+    e->bucket[h] = s;
+    e->refs++;
+    s->endpoint = e;
+    s->registered = 1;
+    /* messages that came before this schedule was posted */
+    int keep = 0;
+    for (int k = 0; k < e->nbank; k++) {
+        if (e->bank[k].id == s->stamp_id &&
+            route(e, e->bank[k].id, e->bank[k].round, e->bank[k].src,
+                  e->bank[k].tag))
+            continue;
+        e->bank[keep++] = e->bank[k];
+    }
+    e->nbank = keep;
+    return PC_OK;
+}
+
+static void ep_destroy(endpoint *e)
+{
+    for (int k = 0; k < e->nbucket; k++)
+        for (pc_sched *s = e->bucket[k]; s; s = s->ep_next) {
+            s->registered = 0;
+            s->endpoint = NULL;
+        }
+    if (e->handle >= 0) {
+        pc_done d;
+        pc_wire_cancel_recv(e->handle, 0, &d);
+    }
+    for (endpoint **p = &ctrl.eps; *p; p = &(*p)->next)
+        if (*p == e) {
+            *p = e->next;
+            break;
+        }
+    free(e->bucket);
+    free(e->bank);
+    free(e);
+}
+
+void pc_ctrl_unregister(pc_sched *s)
+{
+    endpoint *e = s->endpoint;
+    if (!s->registered || !e)
+        return;
+    for (pc_sched **p = &e->bucket[bucket_of(e, s->stamp_id)]; *p;
+         p = &(*p)->ep_next)
+        if (*p == s) {
+            *p = s->ep_next;
+            break;
+        }
+    e->freed[e->nfreed++ % 64] = s->stamp_id;
+    s->registered = 0;
+    s->endpoint = NULL;
+    if (--e->refs == 0)
+        ep_destroy(e);
+}
+
+void pc_ctrl_arrived(endpoint *e, const pc_done *d)
+{
+    uint64_t id = e->buf[0], round = e->buf[1];
+    int tag = (int)e->buf[2];
+    e->handle = -1;
+    if (d->mpi_error == MPI_SUCCESS && d->bytes == 32 &&
+        !route(e, id, round, d->source, tag)) {
+        int known = 0;
+        for (int k = 0; k < 64 && k < e->nfreed; k++)
+            known |= e->freed[k] == id;
+        for (pc_sched *s = e->bucket[bucket_of(e, id)]; s; s = s->ep_next)
+            known |= s->stamp_id == id;
+        if (known || e->nbank >= BANK_MAX) {
+            ctrl.foreign++;
+        } else {
+            void *b = pc_grow(e->bank, &e->capbank, e->nbank + 1,
+                              sizeof(*e->bank), 16);
+            if (!b) {
+                ctrl.foreign++;
+                goto repost;
+            }
+            e->bank = b;
+            e->bank[e->nbank].id = id;
+            e->bank[e->nbank].round = round;
+            e->bank[e->nbank].src = d->source;
+            e->bank[e->nbank++].tag = tag;
+            ctrl.unclaimed++;
+        }
+    }
+repost:
+    if (ep_post(e) != MPI_SUCCESS) {
+        /* every schedule listening here is stuck: tell them */
+        for (int k = 0; k < e->nbucket; k++)
+            for (pc_sched *s = e->bucket[k]; s; s = s->ep_next) {
+                pc_sched_set_error(s, PC_EMPI, "re-posting the control "
+                                   "channel receive failed");
+                pc_engine_queue(s);
+            }
+    }
+}
+
+void pc_ctrl_stats(uint64_t *foreign, uint64_t *unclaimed)
+{
+    *foreign = ctrl.foreign;
+    *unclaimed = ctrl.unclaimed;
+}
+
+void pc_ctrl_shutdown(void)
+{
+    while (ctrl.eps)
+        ep_destroy(ctrl.eps);
+}
