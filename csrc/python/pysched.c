@@ -362,6 +362,17 @@ static PyObject *sched_open_gate(SchedObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* idle(): no round posted and unfinished (a non-persistent schedule may be
+ * bound and posted again); the blocking allreduce asks it every call, before
+ * it takes the call's tags. */
+static PyObject *sched_idle(SchedObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (pc_check_open(self))
+        return NULL;
+    return PyBool_FromLong(pc_sched_idle(self->s));
+}
+
 static PyMethodDef sched_methods[] = {
     {"bind", (PyCFunction)sched_bind, METH_VARARGS, "bind(slot, obj, writable)"},
     {"unbind", (PyCFunction)sched_unbind, METH_VARARGS, "unbind(slot)"},
@@ -379,6 +390,8 @@ static PyMethodDef sched_methods[] = {
     {"test", (PyCFunction)pc_py_test, METH_VARARGS, "test(upto) -> bool"},
     {"run", (PyCFunction)sched_run, METH_VARARGS,
      "run(send, recv, tag_base, timeout=-1)"},
+    {"idle", (PyCFunction)sched_idle, METH_NOARGS,
+     "idle() -> no round posted and unfinished"},
     {"free", (PyCFunction)sched_free, METH_NOARGS, "free()"},
     {"lock", (PyCFunction)sched_lock, METH_NOARGS, "take the data lock"},
     {"unlock", (PyCFunction)sched_unlock, METH_NOARGS, "release it"},

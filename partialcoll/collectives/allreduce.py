@@ -25,11 +25,11 @@ class Plan:
     """What a repeated blocking call of one signature needs: the library
     communicator, the pooled schedule (``entry``) and its runner."""
 
-    __slots__ = ("lc", "entry", "schedule", "run", "ntags")
+    __slots__ = ("lc", "entry", "run", "idle", "ntags")
 
     def __init__(self, lc, entry):
-        self.lc, self.entry, self.schedule = lc, entry, entry.schedule
-        self.run, self.ntags = entry.schedule.runner(), entry.ntags
+        self.lc, self.entry, self.ntags = lc, entry, entry.ntags
+        self.run, self.idle = entry.schedule.runner()
 
 
 def _select(sendbuf, recvbuf, op, comm, algorithm, priority=0):
@@ -156,8 +156,17 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
                 # busy (an iallreduce of this signature runs): the pool has
                 # another.  Checked before taking a tag block: every rank
                 # must take exactly one per call, busy or not.
-                and plan.schedule.idle):
-            return _run_plan(plan, sendbuf, recvbuf)
+                and plan.idle()):
+            # the blocking fast path (the 8-byte latency): one call into C
+            lc = plan.lc
+            if lc.pending:
+                lc.before_collective()
+            try:        # run() gives the buffers back when it returns
+                plan.run(sendbuf, recvbuf, lc.tags.one_shot(plan.ntags))
+            except BaseException:
+                plan.entry.give_back()
+                raise
+            return recvbuf
     if compression is not _STAGED and \
             not staging.plain(sendbuf, recvbuf, compression):
         call = staging.Call(sendbuf, recvbuf, op, compression)
@@ -184,19 +193,6 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
     return result
 
 
-def _run_plan(plan, sendbuf, recvbuf):
-    """The blocking fast path (the 8-byte latency): one call into C."""
-    lc = plan.lc
-    if lc.pending:
-        lc.before_collective()
-    try:        # run() gives the buffers back when it returns
-        plan.run(sendbuf, recvbuf, lc.tags.one_shot(plan.ntags))
-    except BaseException:
-        plan.entry.give_back()
-        raise
-    return recvbuf
-
-
 def _find_plan(comm, key):
     """The fast-path plan for ``key`` on ``comm`` (None if there is none or
     ``comm`` is not a usable communicator: the slow path says why)."""
@@ -204,7 +200,8 @@ def _find_plan(comm, key):
         lc = libcomm.find_fast(comm)
     except AttributeError:
         return None
-    return lc and lc.cache.get("allreduce.plans", {}).get(key)
+    plans = lc and lc.cache.get("allreduce.plans")
+    return plans.get(key) if plans else None
 
 
 class AllreduceRequest(RoundRequest):

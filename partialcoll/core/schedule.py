@@ -180,11 +180,14 @@ class Schedule(GraphBuilder):
                                         whole(tag_base, "tag base"))
 
     def runner(self):
-        """:meth:`run` as a bare callable ``run(first, second, tag_base)``
-        of the committed schedule, for a hot path that has checked its
-        arguments once (it skips :meth:`run`'s checks in Python; the C
-        core still refuses a busy schedule and buffers that do not fit)."""
-        return self.commit()._core_sched().run
+        """``(run, idle)``: :meth:`run` and the :attr:`idle` test as bare
+        callables of a committed non-persistent schedule, for a hot path
+        that has checked its arguments once (``run(first, second,
+        tag_base)`` skips :meth:`run`'s checks in Python; the C core still
+        refuses a busy schedule and buffers that do not fit; ``idle()``
+        returns :attr:`idle`)."""
+        core = self.commit()._core_sched()
+        return core.run, core.idle
 
     def post(self):
         """Start one round (or, for a persistent schedule, the endless series
