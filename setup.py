@@ -126,7 +126,7 @@ setup(
                  "threadpoolctl"],
         # the API reference: sphinx-build -W --keep-going -b html docs
         # docs/_build/html
-        "docs": ["sphinx>=7", "furo"],
+        "docs": ["sphinx>=7", "furo", "myst-parser", "sphinx-argparse"],
         "bench": ["tqdm", "matplotlib", "scikit-learn", "threadpoolctl"],
         "torch": ["torch"],
         # TicTac's traced models (partialcoll.scheduling.graphs); pick the

@@ -1,4 +1,7 @@
-"""Sphinx configuration: partialcoll's API reference, from its docstrings.
+"""Sphinx configuration: partialcoll's documentation site (the guides in
+MyST Markdown, the API reference from the docstrings, the benchmark CLI
+from its argparse parsers, the environment variables from the one module
+that lists them).
 
 Build (partialcoll and its C extension installed, e.g. pip install ".[docs]"):
 
@@ -16,7 +19,12 @@ project = "partialcoll"
 author = "partialcoll's authors"
 copyright = "partialcoll's authors"
 extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon",
-              "sphinx.ext.viewcode"]
+              "sphinx.ext.viewcode", "myst_parser", "sphinxarg.ext"]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+root_doc = "index"
+# headings up to ### get anchors, so pages can link to a section
+myst_heading_anchors = 3
+myst_enable_extensions = ["colon_fence", "deflist"]
 
 try:                                      # the version and a clear error
     import partialcoll

@@ -7,6 +7,7 @@ that benchmark's options (each module's ``add_args``) and its description
 (the module docstring).
 """
 import argparse
+import re
 import sys
 
 from . import (aware, hyperplane, latency, lstm, mlfabric, mlfabric_retarget,
@@ -48,6 +49,19 @@ COMMANDS = {
 }
 
 
+_ROLE = re.compile(r":[a-z]+:`~?([^`<]*?)(?: <[^>]*>)?`")
+
+
+def plain(text):
+    """A module docstring as a command's description: Sphinx roles
+    (``:func:`~.mod.name```) as plain names, for a terminal."""
+    def name(m):
+        target = m.group(1)
+        return "``" + (target.rsplit(".", 1)[-1] if m.group(0)[m.group(0)
+                       .index("`") + 1] == "~" else target.lstrip(".")) + "``"
+    return _ROLE.sub(name, text or "")
+
+
 def build_parser():
     """The ``partialcoll-bench`` parser: a subparser per entry of
     ``COMMANDS``, its options from the module's ``add_args`` and its
@@ -62,7 +76,7 @@ def build_parser():
                                      metavar="COMMAND", required=True)
     for name, (module, summary) in COMMANDS.items():
         sub = commands.add_parser(
-            name, help=summary, description=module.__doc__,
+            name, help=summary, description=plain(module.__doc__),
             formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_args(sub)
         sub.set_defaults(run=module.run)

@@ -1,7 +1,7 @@
 """MLfabric's scheduler time per batch (the paper's section 7.4).
 
-Batches of |U| updates with deadlines drawn from Uniform(1, 2|U|) on a
-network of |U|/2 workers (two updates each) with a congestion-free core,
+Batches of ``|U|`` updates with deadlines drawn from Uniform(1, ``2|U|``) on a
+network of ``|U|/2`` workers (two updates each) with a congestion-free core,
 NIC rates drawn from the paper's N1, N2 or N3; ordering, aggregation and
 replication (a replica with its own aggregators) for each.  One process
 (under mpiexec only rank 0 works).  Reports the median and largest time
@@ -9,7 +9,7 @@ per phase over ``--repeats`` batches (each planned ``--runs`` times, the
 fastest kept), in wall and in this thread's CPU seconds (on a loaded
 machine the CPU time is the scheduler's own cost), with the load average
 and whether the link model's C loops were used.
-Our targets: <= 30 ms at |U| = 100 and <= 150 ms at |U| = 1,000 (the
+Our targets: <= 30 ms at ``|U|`` = 100 and <= 150 ms at ``|U|`` = 1,000 (the
 paper: 30 ms and 1,460 ms).
 """
 import os

@@ -1,6 +1,6 @@
 """Calibration of the emulated network (partialcoll.network): each row sets
 up a small network, moves messages through it with schedules, and compares
-what it measured with what the model says.
+what it measured with what the model says::
 
   one flow        one rank sends N bytes to another over R: takes N / R
   shared in-NIC   two ranks send N bytes each into one rank whose in-NIC is

@@ -6,7 +6,7 @@ classes); every rank holds a shard and takes plain SGD steps (no momentum,
 as the paper) on batches of its own.  For each drop probability p the
 emulated network loses each learning message independently (traffic class
 1, seeded), and three algorithms train from the same start on the same
-batches:
+batches::
 
   rps        local step, then RPS model averaging (Algorithm 1)
   gradients  RPS's reduce-scatter/allgather on the gradients, then the step

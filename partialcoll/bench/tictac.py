@@ -1,6 +1,6 @@
 """TicTac on one machine: a parameter server (rank 0) and 2 to 4 workers
 on emulated links, worker compute as DELAY ops following a traced
-PyTorch model, and three transfer orders compared in one run:
+PyTorch model, and three transfer orders compared in one run::
 
   none   a fresh seeded random order per worker and iteration (what an
          unscheduled system does)

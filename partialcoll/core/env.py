@@ -1,36 +1,51 @@
-"""Every environment variable partialcoll reads, in one place."""
+"""Every environment variable partialcoll reads, in one place.
+
+Each constant below is the variable's name; its comment says what it sets
+and its default.  An empty value counts as unset; a value that cannot be
+read raises a ValueError naming the variable.
+"""
 import os
 
-#: force an allreduce algorithm: "recursive_doubling" or "ring"
+#: Forces the full allreduce's algorithm, ``recursive_doubling``, ``ring``
+#: or ``rabenseifner``, for every call that does not name one (default:
+#: chosen by message size and process count).
 ALLREDUCE_ALGORITHM = "PARTIALCOLL_ALLREDUCE_ALGORITHM"
-#: messages of at most this many bytes use recursive doubling (default 16384)
+#: Messages of at most this many bytes use recursive doubling, larger ones
+#: Rabenseifner or the ring (default 16384).
 ALLREDUCE_THRESHOLD = "PARTIALCOLL_ALLREDUCE_THRESHOLD"
-#: bytes of temporary buffers allreduce's schedule pool may keep in idle
-#: schedules (default 64 MiB; least recently used ones are dropped first)
+#: Bytes of temporary buffers the full allreduce's pool of idle schedules
+#: may keep; the least recently used are dropped first (default 64 MiB).
 ALLREDUCE_POOL_BYTES = "PARTIALCOLL_ALLREDUCE_POOL_BYTES"
-#: longest sleep (microseconds) of a polling progress thread (default 100);
-#: read by the C core
+#: The longest sleep, in microseconds, of a progress thread that polls
+#: messages in flight (default 100); read by the C core.
 POLL_MAX_US = "PARTIALCOLL_POLL_MAX_US"
-#: how device buffers reach MPI: "auto" (ask MPI), "cuda-aware", "staged"
+#: How device buffers reach MPI, ``auto`` (ask MPI, the default),
+#: ``cuda-aware`` or ``staged`` (through pinned host memory).
 GPU_PATH = "PARTIALCOLL_GPU_PATH"
-#: staged device messages are copied in pieces of this many bytes (1 MiB)
+#: The size of the pieces a staged device message is copied in (bytes,
+#: default 1 MiB).
 GPU_CHUNK_BYTES = "PARTIALCOLL_GPU_CHUNK_BYTES"
-#: longest sleep (microseconds) of a progress thread whose only outstanding
-#: messages are long-lived receives; grows with the time since the last
-#: event (default 2000); read by the C core
+#: The longest sleep, in microseconds, of a progress thread whose only
+#: outstanding messages are long-lived receives; it grows with the time
+#: since the last event (default 2000); read by the C core.
 IDLE_MAX_US = "PARTIALCOLL_IDLE_MAX_US"
-#: a TOML file describing an emulated network (partialcoll.network)
+#: A TOML file describing an emulated network, installed when partialcoll
+#: is imported (see the emulated networks guide).
 NETWORK = "PARTIALCOLL_NETWORK"
-#: write a Chrome trace / Perfetto timeline here at exit (partialcoll.timeline)
+#: Records a timeline and writes it to this path, as a Chrome trace /
+#: Perfetto file, at exit.
 TIMELINE = "PARTIALCOLL_TIMELINE"
-#: sends in flight per destination process (default 0: no cap)
+#: The most sends in flight per destination process; 0, the default, sets
+#: no cap.
 SEND_CAP = "PARTIALCOLL_SEND_CAP"
-#: "1": MLfabric's scheduler uses its link model's Python loops even where
-#: their C versions (partialcoll.mlfabric.scheduler._linkops) are built
+#: ``1`` makes MLfabric's scheduler use its link model's Python loops even
+#: where their C versions are built (for comparing the two).
 MLFABRIC_PURE_PYTHON = "PARTIALCOLL_MLFABRIC_PURE_PYTHON"
 
 
 def get(name, default=None, cast=str):
+    """The value of environment variable ``name`` as ``cast`` gives it, or
+    ``default`` when it is unset or empty."""
     value = os.environ.get(name)
     if value is None or value == "":
         return default
