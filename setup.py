@@ -14,11 +14,12 @@ fallback.
 """
 import glob
 import os
+import re
 import shlex
 import shutil
 import subprocess
 
-from setuptools import Extension, find_packages, setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 
@@ -107,32 +108,24 @@ install_requires = ["mpi4py>=4.0", "numpy>=1.23"]
 if not os.environ.get("MPICC"):
     install_requires.append("mpich; sys_platform == 'linux'")
 
+
+def long_description():
+    """The README for the package index: its figures and its links to
+    files of the repository, which an index page cannot follow, become
+    plain text."""
+    if not os.path.exists("README.md"):
+        return ""
+    with open("README.md") as f:
+        text = f.read()
+    text = re.sub(r"!\[[^\]]*\]\((?!https?:)[^)]*\)\n?", "", text)   # figures
+    return re.sub(r"\[([^\]]+)\]\((?!https?:|#)[^)]*\)", r"\1", text)
+
+
+# Metadata, extras and the console script are in pyproject.toml.
 setup(
-    name="partialcoll",
-    version="0.1.0",
-    description="Partial collective operations (solo, majority, quorum "
-                "allreduce) over MPI, with an asynchronous C schedule executor",
-    long_description=open("README.md").read() if os.path.exists("README.md") else "",
+    long_description=long_description(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["partialcoll", "partialcoll.*"]),
     ext_modules=[ext, linkops],
     cmdclass={"build_ext": BuildExt},
-    python_requires=">=3.9",
     install_requires=install_requires,
-    entry_points={"console_scripts": [
-        "partialcoll-bench = partialcoll.bench.__main__:main"]},
-    extras_require={
-        "test": ["pytest", "pytest-mpi", "matplotlib", "scikit-learn",
-                 "threadpoolctl"],
-        # the API reference: sphinx-build -W --keep-going -b html docs
-        # docs/_build/html
-        "docs": ["sphinx>=7", "furo", "myst-parser", "sphinx-argparse"],
-        "bench": ["tqdm", "matplotlib", "scikit-learn", "threadpoolctl"],
-        "torch": ["torch"],
-        # TicTac's traced models (partialcoll.scheduling.graphs); pick the
-        # torchvision that matches your torch
-        "vision": ["torch", "torchvision"],
-        # CuPy's binary wheels are per CUDA major version; pick yours
-        "cuda": ["cupy-cuda12x"],
-    },
 )

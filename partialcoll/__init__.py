@@ -17,7 +17,7 @@ Quick start (``mpiexec -n 4 python prog.py``)::
 # libmpi that our extension links against by soname.
 from mpi4py import MPI  # noqa: F401
 
-from .core import env  # noqa: E402
+from .core import env, logs  # noqa: E402
 from .core.errors import (DeviceError, PartialcollError,  # noqa: E402
                           ScheduleBusyError, ScheduleError,
                           ScheduleFreedError, ThreadLevelError,
@@ -46,6 +46,7 @@ from .loadbalance.allreduce import LoadBalancedAllreduce  # noqa: E402
 from . import rps  # noqa: E402
 from .transport import network, timeline  # noqa: E402
 
+logs.setup()
 set_send_cap(env.get(env.SEND_CAP, 0, int))
 
 

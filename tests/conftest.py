@@ -148,13 +148,21 @@ def net():
         c.Free()
 
 
+#: put first in every script run_mpi_script runs: the library's warnings
+#: go to stderr, as a program that configures logging would see them
+#: (partialcoll itself installs only a NullHandler)
+SCRIPT_LOGGING = ("import logging\nlogging.basicConfig(format="
+                  "'%(name)s %(levelname)s %(message)s')\n")
+
+
 def run_mpi_script(code, n=2, timeout=60, env=None):
-    """Run ``code`` under ``mpiexec -n n`` in a fresh process; return
-    (returncode, stdout, stderr, seconds)."""
+    """Run ``code`` under ``mpiexec -n n`` in a fresh process, with logging
+    configured (:data:`SCRIPT_LOGGING`); return (returncode, stdout,
+    stderr, seconds)."""
     path = os.path.join(os.environ.get("TMPDIR", "/tmp"),
                         f"pc_script_{os.getpid()}_{time.monotonic_ns()}.py")
     with open(path, "w") as f:
-        f.write(code)
+        f.write(SCRIPT_LOGGING + code)
     try:
         return run_mpi(["python", path], n, timeout, env)
     finally:

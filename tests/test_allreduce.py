@@ -6,6 +6,7 @@ import pytest
 from mpi4py import MPI
 
 import partialcoll as pc
+from partialcoll.collectives.algorithm import ALGORITHMS
 
 pytestmark = pytest.mark.mpi
 
@@ -49,8 +50,7 @@ def check(res, ref, dtype):
 
 @pytest.mark.parametrize("opname,dtype", PAIRS,
                          ids=[f"{o}-{np.dtype(t).name}" for o, t in PAIRS])
-@pytest.mark.parametrize("algorithm", ["recursive_doubling", "ring",
-                                       "rabenseifner"])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_matches_mpi_allreduce(opname, dtype, algorithm):
     comm = MPI.COMM_WORLD
     for n in SIZES:
@@ -81,7 +81,7 @@ def test_large_message_both_algorithms():
     x = np.arange(300_001, dtype=np.float64) * (comm.rank + 1)
     ref = np.empty_like(x)
     comm.Allreduce(x, ref)
-    for algo in ("recursive_doubling", "ring", "rabenseifner"):
+    for algo in ALGORITHMS:
         check(pc.allreduce(x, algorithm=algo), ref, np.float64)
 
 

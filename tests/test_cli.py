@@ -91,3 +91,37 @@ def test_library_code_reports_through_logging_not_print():
              for lines in [print_calls(p)] if lines}
     assert not found, f"print() in library code (use the 'partialcoll' " \
                       f"logger): {found}"
+
+
+def test_a_bad_option_is_said_once_whatever_the_ranks():
+    """Every rank parses the command line; the usage error is printed by
+    rank 0 only, and every rank exits with argparse's status 2."""
+    from conftest import run_mpi
+    bench = bench_argv()
+    argv = ["python"] + bench[1:] if bench[0] == sys.executable else bench
+    rc, out, err, _ = run_mpi(argv + ["latency", "--iters", "x"], n=3,
+                              timeout=60)
+    assert rc != 0
+    assert err.count("error: argument --iters") == 1, err
+
+
+def test_version_names_the_library_and_its_mpi():
+    p, _ = run_bench("--version")
+    assert p.returncode == 0
+    assert p.stdout.startswith(f"partialcoll {partialcoll.__version__}, ")
+    assert "mpi4py" in p.stdout and "numpy" in p.stdout
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_each_description_is_plain_restructuredtext(name):
+    """A command's description (its module's docstring, roles made plain)
+    parses as reStructuredText without a message: the benchmark page of
+    the documentation is generated from it."""
+    import io
+    docutils = pytest.importorskip("docutils.core")
+    from partialcoll.bench.__main__ import plain
+    said = io.StringIO()
+    docutils.publish_doctree(plain(COMMANDS[name][0].__doc__),
+                             settings_overrides={"warning_stream": said,
+                                                 "report_level": 2})
+    assert not said.getvalue(), said.getvalue()

@@ -116,7 +116,7 @@ def test_result_fields_mean_one_thing(name, cls, kw):
 def test_straggler_report_names_the_slow_rank(caplog):
     """Rank P-1 sleeps 20 ms before each call, the others 0.2 ms: it is
     late in most solo rounds; every rank reports the same lists; a warning
-    names it once.  (With 4 ms the test failed once on a loaded machine:
+    on rank 0 names it once.  (With 4 ms the test failed once on a loaded machine:
     rounds then took about as long as the slow rank's sleep, so its calls
     started as many rounds as the others'.  20 ms keeps it the slowest by
     far whatever a round costs under load, and still leaves the fast ranks
@@ -142,7 +142,10 @@ def test_straggler_report_names_the_slow_rank(caplog):
     assert st["late_share"][P - 1] > 0.5, st
     assert st["mean_lag"][P - 1] >= 1.0, st
     warned = [r for r in caplog.records if "were late" in r.getMessage()]
-    assert len(warned) == 1 and str(P - 1) in warned[0].getMessage()
+    # said once for the job, by rank 0: every rank has the same counts
+    assert len(warned) == (1 if RANK == 0 else 0), warned
+    if warned:
+        assert str(P - 1) in warned[0].getMessage()
     ar.close()
 
 

@@ -7,9 +7,10 @@ that benchmark's options (each module's ``add_args``) and its description
 (the module docstring).
 """
 import argparse
-import re
+import logging
 import sys
 
+from ._common import Parser, plain, versions_line
 from . import (aware, hyperplane, latency, lstm, mlfabric, mlfabric_retarget,
                mlfabric_sched, netcal, overhead, overlap, rps, sweep, tictac,
                tictac_allreduce)
@@ -49,29 +50,18 @@ COMMANDS = {
 }
 
 
-_ROLE = re.compile(r":[a-z]+:`~?([^`<]*?)(?: <[^>]*>)?`")
-
-
-def plain(text):
-    """A module docstring as a command's description: Sphinx roles
-    (``:func:`~.mod.name```) as plain names, for a terminal."""
-    def name(m):
-        target = m.group(1)
-        return "``" + (target.rsplit(".", 1)[-1] if m.group(0)[m.group(0)
-                       .index("`") + 1] == "~" else target.lstrip(".")) + "``"
-    return _ROLE.sub(name, text or "")
-
-
 def build_parser():
     """The ``partialcoll-bench`` parser: a subparser per entry of
     ``COMMANDS``, its options from the module's ``add_args`` and its
     ``run`` as the ``run`` default."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="partialcoll-bench",
         description="partialcoll's benchmarks. Run them under mpiexec, e.g. "
                     "'mpiexec -n 8 partialcoll-bench latency'; "
                     "'partialcoll-bench COMMAND --help' shows a command's "
                     "options.")
+    parser.add_argument("--version", action="version",
+                        version=versions_line())
     commands = parser.add_subparsers(title="commands", dest="command",
                                      metavar="COMMAND", required=True)
     for name, (module, summary) in COMMANDS.items():
@@ -84,6 +74,12 @@ def build_parser():
 
 
 def main(argv=None):
+    # the library's warnings, on every rank that has one (facts every rank
+    # shares are said by rank 0 only); the benchmarks inject the lateness
+    # they measure and report it in their tables, so the straggler warning
+    # would only repeat it
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("partialcoll.stragglers").setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)
     args.run(args)
     return 0

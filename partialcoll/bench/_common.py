@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -141,15 +142,51 @@ def progress(iterable, comm, desc, total=None):
     return tqdm(iterable, desc=desc, total=total, leave=False, file=sys.stderr)
 
 
-def emit(rows, columns, args, title, comm):
-    """Print a table on rank 0; write --csv / --json if asked."""
+def versions():
+    """{"partialcoll", "MPI", "mpi4py", "numpy", "python"} (and "torch"
+    when the benchmark imported it): what every table's header names."""
+    import platform
+    import mpi4py
+    from .. import __version__
+    out = {"partialcoll": __version__,
+           "MPI": MPI.Get_library_version().splitlines()[0].strip(),
+           "mpi4py": mpi4py.__version__, "numpy": np.__version__,
+           "python": platform.python_version()}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch"] = torch.__version__
+    return out
+
+
+def versions_line():
+    v = versions()
+    # "MPICH Version:      5.0.2", "Open MPI v5.0.11, package: ...": the
+    # library and its version
+    mpi = " ".join(w for w in v["MPI"].split(",")[0].split()
+                   if w != "Version:")
+    return ", ".join([f"partialcoll {v['partialcoll']}", mpi] +
+                     [f"{k} {v[k]}" for k in ("mpi4py", "numpy", "python",
+                                             "torch") if k in v])
+
+
+def emit(rows, columns, args, title, comm, legend=None):
+    """Print a table on rank 0: a short header (``title`` and the versions
+    of partialcoll, MPI and the rest), the rows, then ``legend`` (a
+    {column: meaning} dict, or a list of lines) below; write --csv / --json
+    if asked (the JSON with the versions)."""
     if comm.rank != 0:
         return
     print(f"# {title}")
+    print(f"# {versions_line()}")
     widths = [max(len(c), *(len(_cell(r[c])) for r in rows)) for c in columns]
     print("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
     for r in rows:
         print("  ".join(_cell(r[c]).rjust(w) for c, w in zip(columns, widths)))
+    if legend:
+        items = legend.items() if isinstance(legend, dict) else \
+            [(None, line) for line in legend]
+        for name, meaning in items:
+            print(f"  {name}: {meaning}" if name else f"  {meaning}")
     sys.stdout.flush()
     if getattr(args, "csv", None):
         with open(args.csv, "w", newline="") as f:
@@ -158,7 +195,8 @@ def emit(rows, columns, args, title, comm):
             w.writerows(rows)
     if getattr(args, "json", None):
         with open(args.json, "w") as f:
-            json.dump({"title": title, "rows": rows}, f, indent=1)
+            json.dump({"title": title, "versions": versions(), "rows": rows},
+                      f, indent=1)
 
 
 def _cell(v):
@@ -213,12 +251,34 @@ def limit_blas(threads, comm):
         yield threads
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, printing (usage, errors, --help, --version) on
+    rank 0 only: every rank parses the same command line, and a mistake is
+    said once, not once per rank.  Every rank exits with the same status."""
+
+    def _print_message(self, message, file=None):
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            super()._print_message(message, file)
+
+
+_ROLE = re.compile(r":[a-z]+:`~?([^`<]*?)(?: <[^>]*>)?`")
+
+
+def plain(text):
+    """A module docstring as a command's description: Sphinx roles
+    (``:func:`~.mod.name```) as plain names, for a terminal."""
+    def name(m):
+        target = m.group(1)
+        return "``" + (target.rsplit(".", 1)[-1] if m.group(0)[m.group(0)
+                       .index("`") + 1] == "~" else target.lstrip(".")) + "``"
+    return _ROLE.sub(name, text or "")
+
+
 def cli(module, name, argv=None):
     """The command line of one benchmark module (its add_args and run)."""
-    import argparse
-    p = argparse.ArgumentParser(
-        prog=f"partialcoll-bench {name}", description=module.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog=f"partialcoll-bench {name}",
+               description=plain(module.__doc__),
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     module.add_args(p)
     return module.run(p.parse_args(argv))
 

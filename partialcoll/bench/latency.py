@@ -159,18 +159,10 @@ def run(args, comm=MPI.COMM_WORLD):
                      "cpu_ms": cpu[1]})
     emit(rows, ["impl", "avg_ms", "min_ms", "max_ms", "nap", "speedup",
                 "slowest", "late", "cpu0_ms", "cpu_ms"], args,
-         f"partial allreduce latency: {comm.size} ranks, {args.skew} skew "
+         f"partial allreduce latency: {comm.size} ranks, {args.skew} skew, "
          f"{args.step_ms} ms steps, {args.iters} iterations, "
-         f"{4 * args.count} bytes, partialcoll on {bufs.device} buffers"
-         + (f" ({pc.gpu_path()} MPI path; MPI_Allreduce on host buffers)"
-            if bufs.device != "host" else "")
-         + (f"; {bufs.nccl_note}" if bufs.nccl_note and bufs.device == "gpu"
-            else "")
-         + "; speedup = MPI_Allreduce latency / latency; slowest: the rank "
-         "late in the most rounds (its data carried into a later round), "
-         "late: that share (stats() of the partial collective); cpu0_ms / "
-         "cpu_ms: process CPU time per call on rank 0 / median of the "
-         "others", comm)
+         f"{4 * args.count} bytes, {bufs.device} buffers", comm,
+         legend=_legend(bufs))
     if args.plot and comm.rank == 0:
         plot(rows, args.plot, comm.size)
     return rows
@@ -204,6 +196,29 @@ def plot(rows, path, size):
     fig.suptitle(f"{rows[0]['ranks']} ranks, {rows[0]['skew']} skew, "
                  f"{rows[0]['step_ms']} ms steps, {rows[0]['iters']} iterations")
     save_plot(fig, path)
+
+
+def _legend(bufs):
+    """What the latency table's columns mean."""
+    legend = {
+        "avg_ms, min_ms, max_ms": "latency per call, averaged over the "
+                                  "ranks' means; the fastest and slowest "
+                                  "rank's",
+        "nap": "processes whose fresh data was in a round (the paper's "
+               "number of active processes)",
+        "speedup": "MPI_Allreduce's latency / this latency",
+        "slowest, late": "the rank late in the most rounds (its data "
+                         "carried into a later round) and that share, from "
+                         "the partial collective's stats()",
+        "cpu0_ms, cpu_ms": "process CPU time per call on rank 0 / the "
+                           "median of the others"}
+    if bufs.device != "host":
+        legend["device"] = (f"partialcoll on {bufs.device} buffers "
+                            f"({pc.gpu_path()} MPI path); MPI_Allreduce on "
+                            f"host buffers of the same size" +
+                            (f"; {bufs.nccl_note}" if bufs.nccl_note and
+                             bufs.device == "gpu" else ""))
+    return legend
 
 
 def main(argv=None):

@@ -38,6 +38,9 @@ TIMELINE = "PARTIALCOLL_TIMELINE"
 #: The most sends in flight per destination process; 0, the default, sets
 #: no cap.
 SEND_CAP = "PARTIALCOLL_SEND_CAP"
+#: The level of the ``partialcoll`` logger: ``DEBUG``, ``INFO``,
+#: ``WARNING``, ``ERROR`` or a number (default: unset, logging's own).
+LOG_LEVEL = "PARTIALCOLL_LOG_LEVEL"
 #: ``1`` makes MLfabric's scheduler use its link model's Python loops even
 #: where their C versions are built (for comparing the two).
 MLFABRIC_PURE_PYTHON = "PARTIALCOLL_MLFABRIC_PURE_PYTHON"

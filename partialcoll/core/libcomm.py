@@ -37,6 +37,7 @@ import threading
 from mpi4py import MPI
 
 from .. import _core
+from . import logs
 from .tags import TagSpace
 
 log = logging.getLogger("partialcoll")
@@ -230,10 +231,11 @@ def _shutdown():
         fn()
     stuck = _core.shutdown(5.0)
     if stuck:
-        log.warning("%d freed schedule(s) still had sends in flight after "
-                    "5 s at exit: their receivers never took them (freed "
-                    "or failed schedules); MPI_Finalize may report them",
-                    stuck)
+        logs.for_this_rank(
+            log, logging.WARNING, "%d freed schedule(s) still had sends in "
+            "flight after 5 s at exit: their receivers never took them "
+            "(freed or failed schedules); MPI_Finalize may report them",
+            stuck)
     for lc in list(_live):
         lc.freed = True
         lc.cache.clear()

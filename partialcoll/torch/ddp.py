@@ -1,14 +1,17 @@
 """eager-SGD as a ``DistributedDataParallel`` communication hook
 (:class:`EagerHook`, :func:`eager_comm_hook`), for DDP users who keep their
 optimizer; the optimizer wrapper is in :mod:`partialcoll.torch.optimizer`."""
-import warnings
+import logging
 
 import torch
 
+from ..core import logs
 from ..core.errors import ScheduleError
 from ..eager.core import SYNC_MODES, EagerAverager
 from .params import backward_order, host_view, np_dtype, set_grads
 from .overlap import DEFAULT_BUCKET_BYTES
+
+log = logging.getLogger("partialcoll")
 
 
 class EagerHook:
@@ -20,7 +23,8 @@ class EagerHook:
         hook = pct.EagerHook(ddp, mode="solo")
         ddp.register_comm_hook(hook, pct.eager_comm_hook)
         ...                       # train as usual with any optimizer
-        hook.flush(optimizer)     # collective: pending gradients applied
+        hook.close(optimizer)     # collective: pending gradients applied,
+                                  # the partial collectives freed
 
     DDP hands the gradients over bucket by bucket during backward.  The hook
     averages them over MPI in its own buckets (fixed: a parameter order and
@@ -84,7 +88,8 @@ class EagerHook:
         self.overlap = self.averager.overlap
         self.buckets = 0              # DDP buckets in the latest step
         self._reset()
-        _warn_ddp_sync_points(model, module, self.averager.mode)
+        _warn_ddp_sync_points(model, module, self.averager.mode,
+                              self.averager.rank)
 
     def _reset(self):
         self._grads = [None] * len(self._named)
@@ -150,7 +155,7 @@ class EagerHook:
         return self.averager.stats()
 
 
-def _warn_ddp_sync_points(model, module, mode):
+def _warn_ddp_sync_points(model, module, mode, rank):
     """Warn when DDP will broadcast buffers at every forward pass (a
     synchronisation point) under a mode meant to tolerate stragglers."""
     # torch >= 2.13 calls it forward_sync_buffers (broadcast_buffers is a
@@ -162,15 +167,14 @@ def _warn_ddp_sync_points(model, module, mode):
     buffers = sum(1 for _ in module.buffers())
     if not buffers:
         return
-    warnings.warn(
-        f"EagerHook in mode {mode!r} on a DistributedDataParallel model with "
-        f"broadcast_buffers=True and {buffers} buffer(s): DDP broadcasts "
-        f"them from rank 0 at every forward pass, which makes every rank "
-        f"wait for the slowest each step, whatever the hook does.  Pass "
-        f"broadcast_buffers=False (torch >= 2.13: forward_sync_buffers="
-        f"False) to DistributedDataParallel, and average the buffers now "
-        f"and then with pct.synchronize_model",
-        RuntimeWarning, stacklevel=3)
+    logs.once(log, rank, logging.WARNING,
+              "EagerHook in mode %r on a DistributedDataParallel model with "
+              "broadcast_buffers=True and %d buffer(s): DDP broadcasts them "
+              "from rank 0 at every forward pass, which makes every rank "
+              "wait for the slowest each step, whatever the hook does.  Pass "
+              "broadcast_buffers=False (torch >= 2.13: forward_sync_buffers="
+              "False) to DistributedDataParallel, and average the buffers "
+              "now and then with pct.synchronize_model", mode, buffers)
 
 
 def eager_comm_hook(state, bucket):

@@ -27,6 +27,8 @@ import weakref
 import torch
 from mpi4py import MPI
 
+from ..core import logs
+from ..core.checks import check_comm
 from ..core.errors import ScheduleError
 from ..eager.agreement import refuse_setup
 from ..eager.core import SYNC_MODES, EagerAverager
@@ -196,7 +198,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             numbers = priority_numbers(named, priorities)
             if numbers is None and norm in ("solo", "sync"):
                 numbers = forward_order(named, self._given)
-            overlap = self._overlap_wanted(overlap, norm)
+            overlap = self._overlap_wanted(overlap, norm, comm)
         except (ScheduleError, TypeError, ValueError) as e:
             refuse_setup(comm, e)
         self._averaged = {id(p) for _, p in named}
@@ -239,7 +241,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     param_groups = _delegated("param_groups")
     state = _delegated("state")
 
-    def _overlap_wanted(self, overlap, mode):
+    def _overlap_wanted(self, overlap, mode, comm):
         """Resolve ``overlap=None/True/False`` (see the class docstring)."""
         if overlap is not None and not isinstance(overlap, bool):
             raise ScheduleError(f"overlap must be None, True or False, not "
@@ -255,9 +257,11 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             why = "the parameters are not all on the CPU"
         if why is None:
             return True
-        (log.warning if overlap else log.debug)(
-            "EagerOptimizer: no overlap with backward (%s): every reduction "
-            "starts in step()", why)
+        # the same on every rank: said once, by rank 0
+        logs.once(log, check_comm(comm).Get_rank(),
+                  logging.WARNING if overlap else logging.DEBUG,
+                  "EagerOptimizer: no overlap with backward (%s): every "
+                  "reduction starts in step()", why)
         return False
 
     @property
@@ -308,10 +312,11 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         elif self._synchronized:
             if not self._warned:
                 self._warned = True
-                log.warning("EagerOptimizer.step() after synchronize() "
-                            "outside skip_synchronize(): the gradients "
-                            "averaged by synchronize() are applied, not "
-                            "reduced again")
+                logs.for_this_rank(
+                    log, logging.WARNING, "EagerOptimizer.step() after "
+                    "synchronize() outside skip_synchronize(): the gradients "
+                    "averaged by synchronize() are applied, not reduced "
+                    "again")
         elif self._local is not None and not self._local.complete():
             self._next_step()
             return loss
@@ -397,12 +402,13 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             return False
         if warn and not self._warned_abandon:
             self._warned_abandon = True
-            log.warning("EagerOptimizer: %s before the step that backward "
-                        "began: %s", why,
-                        "its reductions are completed and dropped"
-                        if self.averager.mode == "sync" else
-                        "its gradients are in rounds already; those rounds "
-                        "are applied at this rank's next step")
+            logs.for_this_rank(
+                log, logging.WARNING, "EagerOptimizer: %s before the step "
+                "that backward began: %s", why,
+                "its reductions are completed and dropped"
+                if self.averager.mode == "sync" else
+                "its gradients are in rounds already; those rounds are "
+                "applied at this rank's next step")
         grads = [None if p.grad is None else host_view(p.grad)
                  for _, p in self._named]
         self.averager.abandon(grads)

@@ -114,8 +114,10 @@ class PartialAllreduce:
                   "quorum", "size", "rank", "compression"):
             setattr(self, k, getattr(self._rounds, k))
         self.dtype = self._rounds.given
-        self._finalizer = weakref.finalize(self, dropped,
-                                          self._rounds)
+        # a handle still alive at exit is not "dropped": the exit handler
+        # closes what is open, so the finalizer does not run then
+        self._finalizer = weakref.finalize(self, dropped, self._rounds)
+        self._finalizer.atexit = False
 
     def __call__(self, sendbuf):
         """Contribute ``sendbuf`` and return a :class:`PartialResult`

@@ -29,7 +29,7 @@ import secrets
 import numpy as np
 from mpi4py import MPI
 
-from ...core import arrays, control, devices, libcomm
+from ...core import arrays, control, devices, libcomm, logs
 from ...core.errors import PartialcollError, ScheduleError
 from ...core.request import Done, Request
 from . import schedule, stragglers
@@ -73,7 +73,7 @@ class Rounds:
         lc.created += 1
         self.id = lc.created              # the same on every rank
         self.label = f"{self.name} #{self.id}"
-        self._watch = stragglers.StragglerWatch(self.size)
+        self._watch = stragglers.StragglerWatch(self.size, self.rank)
         self._observed = 0                # rounds taken by this rank
         self._calls = 0
         self._epochs = 0                  # synchronous rounds done here
@@ -490,10 +490,11 @@ def dropped(rounds):
     rounds.orphaned = True
     level = logging.DEBUG if _warned else logging.WARNING
     _warned = True
-    log.log(level, "%s was dropped without close(); it stays open, so the "
-            "other ranks can still use it, until a collective close: "
-            "pc.close_partials(comm) or interpreter exit. Call close() "
-            "(collective) or use it as a context manager.", rounds.label)
+    logs.for_this_rank(
+        log, level, "%s was dropped without close(); it stays open, so the "
+        "other ranks can still use it, until a collective close: "
+        "pc.close_partials(comm) or interpreter exit. Call close() "
+        "(collective) or use it as a context manager.", rounds.label)
 
 
 @libcomm.register("at_exit")

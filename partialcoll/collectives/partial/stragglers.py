@@ -3,13 +3,18 @@ inspector, for a partial collective): which ranks' data missed rounds.
 
 The counters live in the object's schedule (:mod:`.schedule` counts them
 from the meta allreduce, the same on every rank); this module reads them
-and warns, once, when a few ranks are late most of the time.
+and warns, once, when a few ranks are late most of the time (on the
+object's rank 0 only: every rank has the same counts).
 """
 import logging
 
 import numpy as np
 
-log = logging.getLogger("partialcoll")
+from ...core import logs
+
+#: the straggler warning's logger (a benchmark that injects the lateness
+#: it measures can silence it alone)
+log = logging.getLogger("partialcoll.stragglers")
 #: the warning looks at this many recent plain rounds
 LATE_WINDOW = 100
 
@@ -19,8 +24,8 @@ class StragglerWatch:
     late in most of the last :data:`LATE_WINDOW` rounds.  Fed every
     LATE_WINDOW / 4 rounds with the running per-rank late counts."""
 
-    def __init__(self, size):
-        self.size = size
+    def __init__(self, size, rank):
+        self.size, self.rank = size, rank
         self.seen = []            # (stat_rounds, late_total)
         self.warned = False
 
@@ -44,11 +49,12 @@ class StragglerWatch:
         slow = np.flatnonzero(2 * (late - late0) > span)
         if 0 < slow.size < self.size:
             self.warned = True
-            log.warning("%s: rank(s) %s were late (their data missed the "
-                        "round and was carried into a later one) in most of "
-                        "the last %d rounds; stats()['late_share'] has every "
-                        "rank's share", label,
-                        ", ".join(map(str, slow.tolist())), span)
+            logs.once(log, self.rank, logging.WARNING,
+                      "%s: rank(s) %s were late (their data missed the "
+                      "round and was carried into a later one) in most of "
+                      "the last %d rounds; stats()['late_share'] has every "
+                      "rank's share", label,
+                      ", ".join(map(str, slow.tolist())), span)
 
 
 def report(meta, size, calls, skipped):
