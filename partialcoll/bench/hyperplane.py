@@ -153,9 +153,11 @@ def run(args, comm=MPI.COMM_WORLD):
                     "speedup", "val_mse", "val_mse_vs_sync", "nap",
                     "included", "slowest", "late"], args,
          f"hyperplane regression: {comm.size} ranks, dim {args.dim}, total "
-         f"batch {args.batch}, {args.steps} steps, lr {args.lr}, one random "
-         f"rank delayed per step; speedup = sync time / time "
-         f"(best possible MSE {args.noise ** 2:g})", comm)
+         f"batch {args.batch}, {args.steps} steps, lr {args.lr}", comm,
+         legend=["one random rank is delayed each step",
+                 "speedup: sync's time / this time",
+                 f"val_mse: validation MSE (the best possible is "
+                 f"{args.noise ** 2:g}); nap: ranks fresh per round"])
     if args.json and comm.rank == 0:
         add_curves(args.json, {k: [{"mode": r["mode"], "curve": r["curve"]}
                                    for r in v] for k, v in groups.items()})

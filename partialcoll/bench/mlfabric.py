@@ -302,15 +302,18 @@ def run(args, comm=MPI.COMM_WORLD):
     shape = args.distribution
     emit(rows, list(rows[0]) if rows else [], args,
          f"MLfabric comparison: P = {comm.size} ({comm.size - 1} workers), "
-         f"{args.model}, {_update_bytes(args)} B updates, base rate "
-         f"{args.base_rate:g} B/s redrawn every {args.every} s{server}, "
-         f"compute {args.compute} s, {args.duration} s per scheme, "
-         f"lr {args.lr:g} (synchronous schemes: {args.sync_lr}), BLAS "
-         f"threads per rank {cap or 'as the library starts'}, "
-         f"{args.aggregators} aggregators, {args.distributors} distributors"
-         f"{'' if shape == 'algorithm3' else f' ({shape})'}; "
-         f"ceiling: the speed-up over ring that stragglers alone allow "
-         f"(straggler_ceiling)", comm)
+         f"{args.model}, {_update_bytes(args)} B updates", comm,
+         legend=[f"base rate {args.base_rate:g} B/s redrawn every "
+                 f"{args.every} s{server}; compute {args.compute} s; "
+                 f"{args.duration} s per scheme",
+                 f"lr {args.lr:g} (synchronous schemes: {args.sync_lr}); "
+                 f"BLAS threads per rank "
+                 f"{cap or 'as the library starts'}",
+                 f"{args.aggregators} aggregators, {args.distributors} "
+                 f"distributors"
+                 f"{'' if shape == 'algorithm3' else f' ({shape})'}",
+                 "ceiling: the speed-up over ring that stragglers alone "
+                 "allow (straggler_ceiling)"])
     if args.plot and comm.rank == 0:
         _plot(curves, args.plot)
     if args.curves and comm.rank == 0:

@@ -61,11 +61,12 @@ def run(args, comm=MPI.COMM_WORLD):
     loops = "Python" if links.native is None else "C"
     emit(rows, list(rows[0]) if rows else [], args,
          f"MLfabric scheduler per batch: {args.network}, k = "
-         f"{args.aggregators}, k' = {args.replica_aggregators}, "
-         f"{args.repeats} batches per size, each the fastest of {args.runs} "
-         f"runs; median over batches (max_cpu_ms: largest); "
-         f"link loops in {loops}; load average {load:.1f} on "
-         f"{os.cpu_count()} CPUs", comm)
+         f"{args.aggregators}, k' = {args.replica_aggregators}", comm,
+         legend=[f"{args.repeats} batches per size, each the fastest of "
+                 f"{args.runs} runs; medians over batches (max_cpu_ms: the "
+                 f"largest)",
+                 f"link loops in {loops}; load average {load:.1f} on "
+                 f"{os.cpu_count()} CPUs"])
     return rows
 
 

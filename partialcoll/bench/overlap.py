@@ -308,11 +308,12 @@ def run(args, comm=MPI.COMM_WORLD):
                 "backward_ms", "comm_ms", "step_ms", "fwd_bwd_ms", "step()_ms",
                 "early", "ratio"], args,
          f"overlap with backward: {comm.size} ranks, MLP {args.layers} x "
-         f"{args.width} (float32), batch {args.batch} per rank, buckets "
-         f"{args.bucket}B, {link} (auto: comm = {args.rho} x backward); "
-         f"median of "
-         f"{args.steps} steps per variant, blocks of {args.block} "
-         f"alternating; ratio = step time / plain's (target <= 0.8)", comm)
+         f"{args.width} (float32), batch {args.batch} per rank", comm,
+         legend=[f"buckets {args.bucket}B; {link} (auto: communication = "
+                 f"{args.rho} x backward)",
+                 f"median of {args.steps} steps per variant, in alternating "
+                 f"blocks of {args.block}",
+                 "ratio: step time / plain's (target <= 0.8)"])
     return rows
 
 

@@ -112,9 +112,9 @@ def run(args, comm=MPI.COMM_WORLD):
                  + (f"; {bufs.nccl_note}" if bufs.nccl_note and
                     bufs.device == "gpu" else ""))
     emit(rows, cols, args,
-         f"allreduce sweep: {comm.size} ranks, {dtype}, {where}; "
-         f"ratio = partialcoll / MPI_Allreduce, nccl_ratio = partialcoll / "
-         f"NCCL ({MPI.Get_library_version().splitlines()[0]})", comm)
+         f"allreduce sweep: {comm.size} ranks, {dtype}, {where}", comm,
+         legend={"ratio": "partialcoll's time / MPI_Allreduce's",
+                 "nccl_ratio": "partialcoll's time / NCCL's (GPU runs)"})
     return rows
 
 

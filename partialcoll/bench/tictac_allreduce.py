@@ -208,9 +208,10 @@ def run(args, comm=MPI.COMM_WORLD):
     emit(rows, ["model", "mode", "rho", "method", "ranks", "bytes",
                 "buckets", "parts", "step_ms", "gain_%"], args,
          f"TicTac priorities for allreduce: {comm.size} ranks, "
-         f"{args.payload}B of gradients per step in {args.bucket}B buckets, "
-         f"parts of {args.partition}B, forward {args.compute} s + backward "
-         f"2x (sleeps), host CPU; step time = slowest rank's mean", comm)
+         f"{args.payload}B per step in {args.bucket}B buckets", comm,
+         legend=[f"parts of {args.partition}B; forward {args.compute} s and "
+                 f"backward twice that (sleeps); host CPU",
+                 "step_ms: the slowest rank's mean step time"])
     return rows
 
 
