@@ -12,7 +12,7 @@ Blocks of ``--block`` steps alternate between the two (A B B A A B ...), so
 both see the same machine.  A step is ``zero_grad``, forward, backward,
 ``step()``, timed on each rank.
 
-The link: by default the emulated network (README, "Emulated networks")
+The link: by default the emulated network (the emulated networks guide)
 with its rate set so that one step's reduction, alone, takes ``--rho``
 times backward (measured first, without communication, apart from the
 forward pass: the regime where overlap matters, communication about as

@@ -64,9 +64,9 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
             ``[buf, MPI.DOUBLE]``, ``MPI.IN_PLACE``, a tensor or any object
             exporting DLPack (a torch tensor in, a torch tensor out), or a
             CuPy array (then ``recvbuf`` is one too, the reductions run on
-            the GPU and the result is a CuPy array; see the README's "GPU
-            buffers").  bfloat16 and float16 are reduced in float32 and
-            rounded once (``partialcoll/collectives/staging.py``).
+            the GPU and the result is a CuPy array; see the GPU buffers
+            guide).  bfloat16 and float16 are reduced in float32 and rounded
+            once (``partialcoll.collectives.staging``).
         recvbuf: where the result goes (allocated, of the caller's type,
             when None); pass the same object as ``sendbuf`` for an in-place
             reduction.

@@ -9,7 +9,7 @@ class TagSpace:
 
     * The lower three quarters hold blocks for persistent objects: first
       fit, given back at close().  Exhausting them raises ScheduleError
-      with the numbers (see the README's tag budget).
+      with the numbers (see the lifecycle guide's tag budget).
     * The upper quarter rotates among one-shot calls (allreduce): each call
       takes the block after the previous call's, wrapping around.
 

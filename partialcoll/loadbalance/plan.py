@@ -5,7 +5,7 @@ No MPI
 here: :class:`partialcoll.LoadBalancedAllreduce` runs the plans.
 
 The stored text lost every equation; these are reconstructed from its
-prose (the README's "Load balancing" section states them too):
+prose (the documentation's load-balancing page states them too):
 
 Deployment (3.3).  One server beside each of N workers.  Every worker holds
 a gradient of M elements; server i aggregates a share m_i of them

@@ -13,7 +13,7 @@ def allreduce(tensor, op="average", average=None, comm=None,
     and device; ``tensor`` is not modified.
 
     Args:
-        tensor: a torch tensor (CPU; CUDA through CuPy, see the README).
+        tensor: a torch tensor (CPU; CUDA through CuPy, see the GPU buffers guide).
             A non-contiguous tensor is copied first, and so is a lazily
             conjugated or negated view (``z.conj().imag``); one that
             requires grad is read through ``detach()`` (the result is not

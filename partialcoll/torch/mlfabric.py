@@ -11,8 +11,8 @@ copied in; at the end every rank's module gets the server's final model.
 
 The optimizer: momentum lives at the workers, so that an aggregate is
 exactly its members applied one by one
-(:mod:`partialcoll.mlfabric.runtime.optim`, the README's
-MLfabric section).  A ``torch.optim.SGD`` maps onto it: ``lr`` is the
+(:mod:`partialcoll.mlfabric.runtime.optim`, the documentation's
+MLfabric page).  A ``torch.optim.SGD`` maps onto it: ``lr`` is the
 server's step, ``momentum`` each worker's history, ``weight_decay`` is
 added to the gradient on the worker (as torch does, before momentum).
 Refused, with the reason: other optimizers (Adam and the like keep

@@ -1,6 +1,6 @@
 """A rank's :class:`~.program.Program` for one batch as one one-shot
 :class:`~partialcoll.core.schedule.Schedule` on the emulated network (step 3
-of the README's design of the end-to-end server).
+of the end-to-end server's design, in :mod:`.roles`).
 
 Op by op::
 

@@ -1,8 +1,8 @@
-"""From a batch plan to what each rank does: the first step of the
-end-to-end parameter server (not built yet; the design is in the README's
-MLfabric section).  No MPI here: a :class:`Program` per rank lists its
-sends, receives, sums and applies, with tags, peers, sizes, start times and
-priorities; the server-side code will turn each into a one-shot
+"""From a batch plan to what each rank does, for the end-to-end parameter
+server (``roles``, ``server``, ``worker``).  No MPI here: a
+:class:`Program` per rank lists its sends, receives, sums and applies,
+with tags, peers, sizes, start times and priorities; ``execute`` turns
+each into a one-shot
 :class:`~partialcoll.core.schedule.Schedule` (start_at -> send; recv -> reduce;
 recv -> gate that applies the update in order).
 

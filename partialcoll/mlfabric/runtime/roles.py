@@ -1,5 +1,5 @@
 """The end-to-end asynchronous parameter server: what each rank does
-(the design in the README's MLfabric section).
+(the documentation's MLfabric page describes a run).
 
 Design constraints:
 

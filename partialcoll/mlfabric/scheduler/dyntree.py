@@ -18,7 +18,8 @@ Per iteration, with root R, aggregators a_1..a_k (relays for the get)::
                 R out:                               [a_2][a_1][w][w]
                 a_i out:                                  [->m][->m]
 
-Where the paper is silent, our choices (README, MLfabric section):
+Where the paper is silent, our choices (also on the documentation's
+MLfabric page):
 
 * *The tree* is Algorithm 3's two-level one (section 6 applies "our
   algorithm from section 5.2" to an unordered list): the root is the
