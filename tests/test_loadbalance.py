@@ -36,11 +36,10 @@ def test_aware_plan_moves_load_off_a_slow_node():
     call stays exact.  Rank 0's NICs are the bottleneck of every flow
     through them, so the scheduler measures them (from the messages'
     arrival times, which a loaded host running ranks late does not move):
-    within 15 %.  Mostly they are exact; at P = 8 on a busy host a sender
-    that starts late leaves a short stretch in which all the links are on
-    the wire, and single calls were off by up to about 15 %.  A NIC that
-    is not saturated is measured by what it carried: never above its
-    rate."""
+    within 5 % (within 1.5 % in 18 calls at P = 8; before a link stopped
+    counting as a flow between its probes and its averages, up to 15 %
+    over).  A NIC that is not saturated is measured by what it carried:
+    never above its rate."""
     if P < 3:
         pytest.skip("load does not depend on shares below 3 ranks")
     pc.network.enable({"default": {"out_rate": "20 MB/s",
@@ -59,7 +58,7 @@ def test_aware_plan_moves_load_off_a_slow_node():
             S = lb.rates["S"]
             for nic in ("out", "in"):
                 got = lb.rates[nic]
-                assert got[0] == pytest.approx(2e6, rel=0.15), (nic, got)
+                assert got[0] == pytest.approx(2e6, rel=0.05), (nic, got)
                 assert max(got[1:]) <= 1.10 * 20e6, (nic, got)
             assert S[0] < 0.5 * min(S[1:]), S
             # rank 0 is left with (almost) nothing.  A fast rank may be
@@ -106,7 +105,7 @@ def test_aware_plan_follows_a_changed_rate_within_one_call():
             y = x0.copy()
             lb(y)
             assert np.allclose(y, (P - 1) / 2)
-            assert lb.rates["S"][1] == pytest.approx(2e6, rel=0.15)
+            assert lb.rates["S"][1] == pytest.approx(2e6, rel=0.05)
             assert lb.shares[1] < 0.05 * n, lb.shares
             assert sum(lb.shares) == pytest.approx(n)
     finally:

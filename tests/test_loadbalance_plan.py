@@ -141,10 +141,12 @@ def test_short_vectors_shrink_probes():
     assert assign_slices(0, [1, 1], 4) == []
 
 
-def link(*arrivals, until=None):
-    """A link's report: its arrivals, and when its last message came (by
-    default its last slice: no averages came back after)."""
-    return list(arrivals), arrivals[-1][0] if until is None else until
+def link(*arrivals, until=None, resume=None):
+    """A link's report: its arrivals, when its last message came (by
+    default its last slice: no averages came back after) and when its
+    averages went on the wire (by default: straight after its slices)."""
+    return (list(arrivals), arrivals[-1][0] if until is None else until,
+            resume)
 
 
 def test_link_rates_are_bytes_over_the_span():
@@ -232,6 +234,21 @@ def test_averages_after_the_slices_still_share_the_nic():
     assert inn[2] == pytest.approx(2e6)
     reports[(0, 2)] = link((0.0, 0), (1.0, 1e6))
     assert nic_rates(reports)[1][2] == pytest.approx(5e6 / 3)
+
+
+def test_a_link_idle_until_its_averages_is_no_flow():
+    """Node 2's incoming NIC (2 MB/s): the links from 0 and 1 start
+    together at 1 MB/s each; 0's one 0.5 MB slice ends at t = 0.5, and its
+    averages go on the wire only at t = 3 (until 4).  The link from 1 has
+    the whole NIC from 0.5: its 1.5 MB slice, arriving at 1, carried 0.5 MB
+    in the stretch [0, 0.5].  Counted as a flow through its idle gap, the
+    link from 0 would halve 1's share after 0.5 and put 0.75 MB of that
+    slice in the stretch: 2.5 MB/s."""
+    reports = {(0, 2): link((0.0, 0), (0.5, 5e5), until=4.0, resume=3.0),
+               (1, 2): link((0.0, 0), (1.0, 1.5e6))}
+    assert nic_rates(reports)[1][2] == pytest.approx(2e6)
+    reports[(0, 2)] = link((0.0, 0), (0.5, 5e5), until=4.0)
+    assert nic_rates(reports)[1][2] == pytest.approx(2.5e6)
 
 
 def test_node_throughput_is_the_slower_nic():

@@ -281,18 +281,22 @@ class LoadBalancedAllreduce:
 
     # -- measuring and planning -----------------------------------------
     def _measure(self, s, meta):
-        """This server's link reports {(i, me): (arrivals, until)}: the
-        forecast's and every slice's arrival, [(t_arrive, bytes), ...] (the
-        forecast's bytes 0), and when the link's last message of the call
+        """This server's link reports {(i, me): (arrivals, until, resume)}:
+        the forecast's and every slice's arrival, [(t_arrive, bytes), ...]
+        (the forecast's bytes 0); when the link's last message of the call
         arrived (the averages that server i sends back follow the slices on
-        the same FIFO link and share the NICs, unmeasured).
+        the same FIFO link and share the NICs, unmeasured); and when the
+        first of those averages went on the wire (``t_wire``, on the
+        emulated network; elsewhere None: the link counts as busy from its
+        last slice on).
 
         Times are the receives' arrival times (``t_arrive``), not when this
         rank noticed them (``t_done``): on a busy host the progress thread
         runs late, by more than a slice takes.  On the emulated network they
         come from the model, as a NIC's receive timestamps would; over plain
         MPI they are the completion times."""
-        t = s.outcomes().t_arrive
+        got = s.outcomes()
+        t, t_wire = got.t_arrive, got.t_wire
         out = {}
         for j, f in meta["forecast"].items():
             ops = meta["slices_in"][j]
@@ -302,8 +306,11 @@ class LoadBalancedAllreduce:
             arrivals = [(float(t[f]), 0)] + \
                 [(float(t[op]), nbytes)
                  for op, nbytes in zip(ops, meta["slice_bytes"])]
-            until = max([t[op] for op in ops + meta["pulls_in"][j]])
-            out[(j, self.rank)] = (arrivals, float(until))
+            pulls = meta["pulls_in"][j]
+            until = max([t[op] for op in ops + pulls])
+            wired = [float(t_wire[op]) for op in pulls if t_wire[op] > 0]
+            out[(j, self.rank)] = (arrivals, float(until),
+                                   min(wired) if wired else None)
         return out
 
     def _replan(self, reports):
