@@ -290,11 +290,13 @@ def test_send_cap_never_deadlocks_on_a_receive_posted_later(emulated):
 
 def test_message_overhead_holds_each_message_of_a_channel(net):
     """Ten 8-byte messages posted at once from rank 0 to rank 1 with a 20 ms
-    per-message cost: the k-th arrives (the model's arrival time, as a NIC
-    timestamps it) k x 20 ms after the first went on the wire, whatever
-    the progress threads do; with no cost each arrives as soon as rank 0
-    put it on the wire.  (No cap on sends: all ten join the channel at
-    once.)"""
+    per-message cost: each arrives (the model's arrival time, as a NIC
+    timestamps it) 20 ms after the one before it, whatever the progress
+    threads do, if rank 0 had started it by then; with no cost each
+    arrives as soon as rank 0 put it on the wire.  (No cap on sends: all
+    ten join the channel as they are started; with 8 ranks on 2 cores rank
+    0's progress thread was once descheduled for 24 ms between two sends,
+    and that message left later: no step is shorter than the hold.)"""
     if P < 2:
         pytest.skip("needs two ranks")
     for cost, gap in (("20 ms", 0.020), ("0", 0.0)):
@@ -323,8 +325,12 @@ def test_message_overhead_holds_each_message_of_a_channel(net):
             assert all(out.name(r) == "ok" for r, _ in recvs)
             steps = np.diff(t)
             if gap:     # its hold, then 8 bytes (+ 8 of header) at 10 MB/s
-                assert steps == pytest.approx(np.full(9, gap + 1.6e-6),
-                                              abs=1e-6), steps
+                queued = [k for k in range(1, 10)
+                          if began[k] < t[k - 1] - 1e-3]
+                assert len(queued) >= 5, (began, t)
+                assert steps[[k - 1 for k in queued]] == pytest.approx(
+                    np.full(len(queued), gap + 1.6e-6), abs=1e-6), steps
+                assert (steps >= gap).all(), steps
             else:       # no hold: each arrives when it went on the wire
                 late = np.array(t) - np.array([began[k] for k in range(10)])
                 assert (late >= 0).all() and (late < 0.005).all(), \
