@@ -25,6 +25,7 @@ from .core.errors import (DeviceError, PartialcollError,  # noqa: E402
 from .core.ops import OPS as _OPS, Op, as_op  # noqa: E402
 from .core.request import Request  # noqa: E402
 from .core.schedule import ALL, ANY, Schedule, Slot  # noqa: E402
+from .core.failfast import abort_on_error  # noqa: E402
 from .core.devices import gpu_path, set_gpu_path  # noqa: E402
 from .core.engine import (engine_stats, now,  # noqa: E402
                           progress_thread_cputime, set_send_cap)
@@ -57,7 +58,8 @@ __all__ = ["Schedule", "Slot", "Request", "ALL", "ANY", "Op", "as_op",
            "PartialcollError",
            "ScheduleError", "ScheduleBusyError", "ScheduleFreedError",
            "ThreadLevelError", "TransportError", "WaitTimeout",
-           "progress_thread_cputime", "SoloAllreduce", "MajorityAllreduce",
+           "progress_thread_cputime", "abort_on_error", "SoloAllreduce",
+           "MajorityAllreduce",
            "QuorumAllreduce", "PartialAllreduce", "PartialResult",
            "solo_allreduce", "majority_allreduce", "quorum_allreduce",
            "flush_partials", "close_partials", "partials",

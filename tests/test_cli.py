@@ -125,3 +125,44 @@ def test_each_description_is_plain_restructuredtext(name):
                              settings_overrides={"warning_stream": said,
                                                  "report_level": 2})
     assert not said.getvalue(), said.getvalue()
+
+
+def test_a_rank_missing_a_dependency_ends_the_job(tmp_path):
+    """``overlap`` needs torch; on rank 2 of 3 a stand-in ``torch`` module
+    on PYTHONPATH fails to import.  That rank says which command needs what
+    and how to install it, and the job ends at once with a non-zero status
+    (the other ranks do not wait for it in a collective until mpiexec's
+    time limit)."""
+    from conftest import run_mpi
+    (tmp_path / "torch.py").write_text(
+        'raise ImportError("no torch on this host")\n')
+    bench = bench_argv()
+    argv = ["python"] + bench[1:] if bench[0] == sys.executable else bench
+    cmd = argv + ["overlap", "--steps", "50", "--modes", "sync"]
+    cmd = [sys.executable if a == "python" else a for a in cmd]
+    mpmd = cmd + [":", "-n", "1", "env", f"PYTHONPATH={tmp_path}"] + cmd
+    rc, out, err, secs = run_mpi(mpmd, n=2, timeout=60)
+    assert rc not in (0, 124), (rc, out, err)
+    assert "partialcoll: rank 2 failed" in err, err
+    assert "partialcoll-bench overlap needs torch (no torch on this " \
+           "host): pip install 'partialcoll[torch]'" in err, err
+
+
+def test_an_uncaught_exception_on_one_rank_ends_the_job(mpi_script):
+    """With :func:`partialcoll.abort_on_error`, rank 1 raising while rank 0
+    waits in a barrier ends both, the traceback printed with the rank."""
+    rc, out, err, secs = mpi_script(
+        "import partialcoll as pc\n"
+        "from mpi4py import MPI\n"
+        "pc.abort_on_error()\n"
+        "if MPI.COMM_WORLD.rank == 1:\n"
+        "    raise RuntimeError('rank one gives up')\n"
+        "MPI.COMM_WORLD.Barrier()\n", n=2, timeout=60)
+    assert rc not in (0, 124), (rc, out, err)
+    assert "partialcoll: rank 1 failed; ending every rank" in err, err
+    assert "RuntimeError: rank one gives up" in err, err
+
+
+def test_abort_on_error_refuses_a_bad_code():
+    with pytest.raises(partialcoll.ScheduleError, match="1..255"):
+        partialcoll.abort_on_error(0)

@@ -17,7 +17,8 @@ needs_torch = pytest.mark.skipif(
 
 
 def run_example(script, *args, n=2):
-    rc, out, err, _ = run_mpi(["python", os.path.join(EXAMPLES, script)]
+    rc, out, err, _ = run_mpi(["python", "-m", "mpi4py",
+                               os.path.join(EXAMPLES, script)]
                               + [str(a) for a in args], n=n, timeout=TIMEOUT)
     assert rc != 124, f"{script} timed out after {TIMEOUT} s\n{out}\n{err}"
     assert rc == 0, f"{script} exited {rc}\n{out}\n{err}"
@@ -27,7 +28,8 @@ def run_example(script, *args, n=2):
 def refused(script, *args, n=2):
     """Run ``script`` with bad arguments: it must exit non-zero (not time
     out); returns what it wrote to stderr."""
-    rc, out, err, _ = run_mpi(["python", os.path.join(EXAMPLES, script)]
+    rc, out, err, _ = run_mpi(["python", "-m", "mpi4py",
+                               os.path.join(EXAMPLES, script)]
                               + [str(a) for a in args], n=n, timeout=TIMEOUT)
     assert rc not in (0, 124), f"{script} exited {rc}\n{out}\n{err}"
     return err
@@ -39,7 +41,7 @@ def test_every_example_is_listed_in_its_readme():
     scripts = sorted(f for f in os.listdir(EXAMPLES) if f.endswith(".py"))
     assert scripts, "no examples found"
     for script in scripts:
-        assert f"python examples/{script}" in readme, script
+        assert f"python -m mpi4py examples/{script}" in readme, script
 
 
 def test_solo_allreduce_example():

@@ -7,9 +7,11 @@ that benchmark's options (each module's ``add_args``) and its description
 (the module docstring).
 """
 import argparse
+import importlib
 import logging
 import sys
 
+from ..core.failfast import abort_on_error
 from ._common import Parser, plain, versions_line
 from . import (aware, hyperplane, latency, lstm, mlfabric, mlfabric_retarget,
                mlfabric_sched, netcal, overhead, overlap, rps, sweep, tictac,
@@ -50,6 +52,32 @@ COMMANDS = {
 }
 
 
+#: name -> the optional packages (import name, pip requirement) it needs,
+#: checked on every rank before it runs anything
+NEEDS = {
+    "lstm": [("torch", "partialcoll[torch]")],
+    "rps": [("sklearn", "partialcoll[bench]")],
+    "tictac": [("torch", "partialcoll[torch]"),
+               ("torchvision", "partialcoll[vision]")],
+    "tictac-allreduce": [("torch", "partialcoll[torch]"),
+                         ("torchvision", "partialcoll[vision]")],
+    "overlap": [("torch", "partialcoll[torch]")],
+}
+
+
+def require(needs, command):
+    """Import each of ``needs`` ((module, pip requirement) pairs) here, on
+    this rank, before any collective: a missing one raises ImportError
+    naming the command and what to install, and the fail-fast hook ends
+    the whole job rather than leave the other ranks waiting."""
+    for module, requirement in needs:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ImportError(f"partialcoll-bench {command} needs {module} "
+                              f"({e}): pip install '{requirement}'") from e
+
+
 def build_parser():
     """The ``partialcoll-bench`` parser: a subparser per entry of
     ``COMMANDS``, its options from the module's ``add_args`` and its
@@ -78,9 +106,11 @@ def main(argv=None):
     # shares are said by rank 0 only); the benchmarks inject the lateness
     # they measure and report it in their tables, so the straggler warning
     # would only repeat it
+    abort_on_error()      # a rank that fails ends the job, none waits
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("partialcoll.stragglers").setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)
+    require(NEEDS.get(args.command, ()), args.command)
     args.run(args)
     return 0
 
