@@ -246,3 +246,15 @@ def test_ddp_hook_compression_refused_with_sync_mpi(gloo):
     ddp = torch.nn.parallel.DistributedDataParallel(Net())
     with pytest.raises(pc.ScheduleError, match="compression"):
         pct.EagerHook(ddp, mode="sync-mpi", compression="fp16")
+
+
+def test_hook_bad_argument_on_one_rank_is_refused_on_every_rank():
+    """The last rank passes overlap="yes"; the others a valid hook.  Every
+    rank raises (the others join the setup agreement and hear of it)
+    rather than wait there for ever."""
+    if P < 2:
+        pytest.skip("needs two ranks")
+    overlap = "yes" if RANK == P - 1 else True
+    with pytest.raises(pc.ScheduleError, match="overlap must be True or "
+                                               "False"):
+        pct.EagerHook(Net(), mode="solo", overlap=overlap)

@@ -424,7 +424,7 @@ def test_grad_scaler_with_overlap_through_synchronize():
     unscale_, then step inside skip_synchronize()): the update equals
     overlap=False's, where each rank unscales before averaging.  (Its
     unscale_ does not bump torch's version counter, so step() cannot see
-    it: see the README's "Overlap with backward".)"""
+    it: see the docs' overlap page.)"""
     a, b = make_model().float(), make_model().float()
     opts = [pct.EagerOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
                                m.named_parameters(), mode="sync",

@@ -13,7 +13,8 @@ def allreduce(tensor, op="average", average=None, comm=None,
     and device; ``tensor`` is not modified.
 
     Args:
-        tensor: a torch tensor (CPU; CUDA through CuPy, see the GPU buffers guide).
+        tensor: a torch tensor (CPU; CUDA through CuPy, see the docs' GPU
+            buffers page).
             A non-contiguous tensor is copied first, and so is a lazily
             conjugated or negated view (``z.conj().imag``); one that
             requires grad is read through ``detach()`` (the result is not
@@ -54,8 +55,8 @@ def allreduce(tensor, op="average", average=None, comm=None,
         return _allreduce(t, op="SUM" if name == "sum" else op, comm=comm,
                           compression=compression)
     if not t.is_floating_point():
-        raise ValueError(f"an average needs a floating-point tensor, not "
-                         f"{t.dtype}: use op='sum'")
+        raise ScheduleError(f"an average needs a floating-point tensor, "
+                            f"not {t.dtype}: use op='sum'")
     size = comm.Get_size()
     if t.element_size() == 2:              # bfloat16/float16: round once
         total = _allreduce(t.float(), comm=comm, compression=compression)

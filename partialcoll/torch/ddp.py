@@ -7,6 +7,7 @@ import torch
 
 from ..core import logs
 from ..core.errors import ScheduleError
+from ..eager.agreement import refuse_setup
 from ..eager.core import SYNC_MODES, EagerAverager
 from .params import backward_order, host_view, np_dtype, set_grads
 from .overlap import DEFAULT_BUCKET_BYTES
@@ -60,20 +61,27 @@ class EagerHook:
 
     def __init__(self, model, mode="solo", sync_every=None, comm=None, seed=0,
                  *, bucket_bytes=None, overlap=True, compression=None):
-        module = getattr(model, "module", model)
-        if not isinstance(module, torch.nn.Module):
-            raise ScheduleError("EagerHook takes the DDP model (or its module)")
-        if not isinstance(overlap, bool):
-            raise ScheduleError(f"overlap must be True or False, not "
-                                f"{overlap!r}")
-        given = [(n, p) for n, p in module.named_parameters()
-                 if p.requires_grad]
-        self._named = sorted(given, key=lambda item: item[0])
-        if not self._named:
-            raise ScheduleError("the model has no parameter that requires a "
-                                "gradient")
+        # A bad argument on one rank must not leave the others waiting in
+        # the averager's agreement: refuse_setup() joins it and raises there.
+        try:
+            module = getattr(model, "module", model)
+            if not isinstance(module, torch.nn.Module):
+                raise ScheduleError("EagerHook takes the DDP model (or its "
+                                    "module)")
+            if not isinstance(overlap, bool):
+                raise ScheduleError(f"overlap must be True or False, not "
+                                    f"{overlap!r}")
+            given = [(n, p) for n, p in module.named_parameters()
+                     if p.requires_grad]
+            self._named = sorted(given, key=lambda item: item[0])
+            if not self._named:
+                raise ScheduleError("the model has no parameter that "
+                                    "requires a gradient")
+            templates = [(tuple(p.shape), np_dtype(p, n))
+                         for n, p in self._named]
+        except (ScheduleError, TypeError, ValueError) as e:
+            refuse_setup(comm, e)
         self._index = {id(p): i for i, (_, p) in enumerate(self._named)}
-        templates = [(tuple(p.shape), np_dtype(p, n)) for n, p in self._named]
         plain = mode.lower() if isinstance(mode, str) else None
         bucketed = plain in ("solo", "sync")
         if bucket_bytes is None and bucketed:

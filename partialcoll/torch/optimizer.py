@@ -71,8 +71,9 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         named_parameters: ``model.named_parameters()``: names give every rank
             the same gradient order and readable errors.  It must name every
             parameter the optimizer updates.  None: the optimizer's order.
-        mode: ``"solo"``, ``"majority"``, an integer quorum, or ``"sync"``
-            (a full allreduce every step: synchronous SGD).
+        mode: ``"solo"``, ``"majority"``, an integer quorum, ``"sync"``
+            (a full allreduce every step: synchronous SGD) or
+            ``"sync-mpi"`` (the same through ``MPI_Allreduce``).
         sync_every: every n-th step is a synchronous round (then every rank
             must make the same number of steps).  None: never.
         comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
@@ -389,8 +390,8 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
                 f"{' and more' if len(edited) > 3 else ''} "
                 f"changed after backward handed it over for averaging "
                 f"(overlap): the reduction under way holds the value "
-                f"before the change (GradScaler's unscale_, clip_grad_norm_"
-                f", ...), so the step was given up.  Edit the averages "
+                f"before the change (clip_grad_norm_, an edit of .grad"
+                f"), so the step was given up.  Edit the averages "
                 f"instead: opt.synchronize(), then unscale or clip, then "
                 f"'with opt.skip_synchronize(): opt.step()' (or "
                 f"scaler.step(opt)); or pass overlap=False to average the "

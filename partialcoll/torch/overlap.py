@@ -15,10 +15,14 @@ which first completes the step's reductions so that every rank runs the
 same collectives.
 
 The hand-over copies the gradient, so a change to ``.grad`` between
-backward and ``step()`` (GradScaler's ``unscale_``, ``clip_grad_norm_``)
-cannot reach a reduction already under way: each handed-over gradient's
-tensor and its ``_version`` (torch's counter of in-place changes) are
-recorded, and ``step()`` refuses a step whose gradients changed since."""
+backward and ``step()`` (``clip_grad_norm_``, a hand edit) cannot reach a
+reduction already under way: each handed-over gradient's tensor and its
+``_version`` (torch's counter of in-place changes) are recorded, and
+``step()`` refuses a step whose gradients changed since.  GradScaler's
+``unscale_`` does not move that counter, so it cannot be seen: with
+overlap, unscale the averages (``synchronize()``, ``unscale_``, then
+``step()`` inside ``skip_synchronize()``), as the docs' overlap page
+shows."""
 import functools
 import weakref
 
