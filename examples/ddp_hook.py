@@ -3,19 +3,18 @@ communication hook: keep DDP and your optimizer as they are, and let the
 gradient averaging go through a partial allreduce over MPI, so one slow
 rank no longer holds up every step.
 
-    mpiexec -n 4 python examples/ddp_hook.py --steps 200 --mode solo
+    mpiexec -n 4 python -m mpi4py examples/ddp_hook.py --steps 200 --mode solo
 
 DDP needs a torch.distributed process group; here it is gloo over TCP,
-set up from the MPI ranks (rank 0 picks the address and a free port and
-broadcasts them with mpi4py), so mpiexec is the only launcher.  The
+set up from the MPI ranks by ``pct.init_process_group`` (rank 0 picks the
+address and a free port and sends them over MPI), so mpiexec is the only
+launcher.  The
 gradients themselves do not travel through gloo: the hook hands them to
 partialcoll.  The data are generated (a random teacher labels random
 points); the last rank sleeps ``--straggler-ms`` before every step.
 """
 import argparse
 import inspect
-import os
-import socket
 import time
 
 import torch
@@ -48,25 +47,6 @@ def parse_args():
     return args
 
 
-def init_process_group(comm):
-    """A gloo process group over the ranks of ``comm``: the MASTER_ADDR and
-    MASTER_PORT of torch's env:// rendezvous come from rank 0."""
-    addr = port = None
-    if comm.rank == 0:
-        addr = os.environ.get("MASTER_ADDR")
-        with socket.socket() as s:          # a free port (closed again:
-            s.bind(("", 0))                 # gloo binds it a moment later)
-            port = s.getsockname()[1]
-    hosts = comm.allgather(MPI.Get_processor_name())
-    if comm.rank == 0 and addr is None:
-        # one machine: loopback; several: rank 0's name (set MASTER_ADDR
-        # yourself if the others cannot resolve it)
-        addr = "127.0.0.1" if len(set(hosts)) == 1 else socket.getfqdn()
-    addr, port = comm.bcast((addr, port), root=0)
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = addr, str(port)
-    dist.init_process_group("gloo", rank=comm.rank, world_size=comm.size)
-
-
 def no_buffer_sync():
     """DDP's keyword that turns off the buffer broadcast before every
     forward pass, in this torch's spelling."""
@@ -93,7 +73,7 @@ def main():
     comm = MPI.COMM_WORLD
     rank, size = comm.rank, comm.size
     torch.set_num_threads(1)        # several ranks share a machine's cores
-    init_process_group(comm)
+    pct.init_process_group("gloo")   # torch.distributed from the MPI ranks
 
     torch.manual_seed(args.seed)    # the same teacher on every rank ...
     teacher = torch.randn(20, 4)

@@ -56,6 +56,21 @@ def test_solo_allreduce_example_refuses_a_bad_rank():
 
 
 @needs_torch
+def test_horovod_port_example():
+    """A Horovod script with only its import changed: the loss falls and
+    the replicas end equal."""
+    out = run_example("horovod_port.py", "--epochs", 3)
+    losses = [float(line.split("loss ")[1].split()[0])
+              for line in out.splitlines() if line.startswith("epoch ")]
+    assert len(losses) == 3 and losses[-1] < losses[0] / 4, out
+    assert "replicas agree: True" in out, out
+    with open(os.path.join(EXAMPLES, "horovod_port.py")) as f:
+        source = f.read()
+    assert "import horovod" not in source.replace(
+        "-import horovod.torch as hvd", "")
+
+
+@needs_torch
 def test_horovod_style_example_saves_then_resumes(tmp_path):
     import torch
     ckpt = tmp_path / "ckpt.pt"

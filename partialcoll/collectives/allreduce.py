@@ -11,7 +11,8 @@ import numpy as np
 from mpi4py import MPI
 
 from ..core import libcomm
-from ..core.ops import OPS, Op, as_op
+from ..core.checks import check_comm
+from ..core.ops import OPS, Op, as_op, is_average
 from ..core.request import Done, RoundRequest
 from . import staging
 from .algorithm import check_algorithm, choose_algorithm
@@ -70,7 +71,12 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
         recvbuf: where the result goes (allocated, of the caller's type,
             when None); pass the same object as ``sendbuf`` for an in-place
             reduction.
-        op: ``partialcoll.SUM`` etc., or ``MPI.SUM``-style constants.
+        op: ``partialcoll.SUM`` etc., ``MPI.SUM``-style constants,
+            ``torch.distributed.ReduceOp`` members, or the average:
+            ``"avg"`` (also ``"average"``, ``ReduceOp.AVG``): the sum
+            divided by the number of ranks, for floating-point and complex
+            data (16-bit floats summed and divided in float32, rounded
+            once).
         comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
         algorithm: ``"recursive_doubling"``, ``"ring"`` or
             ``"rabenseifner"``.  Default: ``PARTIALCOLL_ALLREDUCE_ALGORITHM``
@@ -99,9 +105,12 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
         ...                      # overlap computation
         total = req.wait()
     """
-    if staging.plain(sendbuf, recvbuf, compression):
+    divide = None
+    if is_average(op):
+        op, divide = SUM, check_comm(comm).Get_size()
+    elif staging.plain(sendbuf, recvbuf, compression):
         return _iallreduce(sendbuf, recvbuf, op, comm, algorithm, priority)
-    call = staging.Call(sendbuf, recvbuf, op, compression)
+    call = staging.Call(sendbuf, recvbuf, op, compression, divide)
     return staging.CallRequest(_iallreduce(call.send, call.recv, call.op,
                                             comm, algorithm, priority), call)
 
@@ -167,9 +176,12 @@ def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
                 plan.entry.give_back()
                 raise
             return recvbuf
-    if compression is not _STAGED and \
+    divide = None
+    if compression is not _STAGED and is_average(op):
+        op, divide = SUM, check_comm(comm).Get_size()
+    if divide or compression is not _STAGED and \
             not staging.plain(sendbuf, recvbuf, compression):
-        call = staging.Call(sendbuf, recvbuf, op, compression)
+        call = staging.Call(sendbuf, recvbuf, op, compression, divide)
         allreduce(call.send, call.recv, call.op, comm, algorithm, priority,
                   _STAGED)
         return call.finish()

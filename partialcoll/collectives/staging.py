@@ -9,6 +9,9 @@ One call::
                                                   memory, or a new object
                                                   of the caller's type
 
+The average (``op="avg"``, :func:`.allreduce.allreduce`) is staged too:
+the sum, divided by the number of ranks at the end.
+
 What travels and how results are rounded:
 
 * bfloat16 and float16 (no compression): widened to float32 (exact) into a
@@ -75,8 +78,9 @@ class Call:
     :meth:`finish` (the caller's result).  Everything is checked before
     anything is staged."""
 
-    def __init__(self, sendbuf, recvbuf, op, compression):
+    def __init__(self, sendbuf, recvbuf, op, compression, divide=None):
         self.op = as_op(op)
+        self.divide = divide
         inplace = sendbuf is MPI.IN_PLACE or \
             (sendbuf is recvbuf and sendbuf is not None)
         if inplace and recvbuf is None:
@@ -85,6 +89,9 @@ class Call:
         send = recv if inplace else arrays.ingest(sendbuf, "sendbuf")
         self.dtype = dtype = send.dtype
         arrays.check_op(self.op, dtype)
+        if divide and not (is_half(dtype) or np.dtype(dtype).kind in "fc"):
+            raise ScheduleError(f"the average needs floating-point (or "
+                                f"complex) data, not {dtype}: use op=SUM")
         if recv is not None and (recv.dtype is not dtype and
                                  recv.dtype != dtype or
                                  recv.array.size != send.array.size):
@@ -110,9 +117,20 @@ class Call:
             self.recv = self.send if inplace else np.empty_like(self.send)
 
     def finish(self):
-        """Write the result where the caller expects it; return it."""
+        """Write the result where the caller expects it (divided by
+        ``divide`` for the average: 16-bit floats in float32, so that the
+        average is rounded to 16 bits once); return it."""
+        n = self.divide
         if self.wire is not None:
-            _from_wire(self.recv, self.dtype, self._out)
+            wire = self.recv
+            if n and is_half(self.dtype):
+                if wire.dtype != FLOAT32:
+                    wire = wire.astype(np.float32)
+                wire /= n
+                n = None
+            _from_wire(wire, self.dtype, self._out)
+        if n:
+            self._out /= n
         return self.result
 
 

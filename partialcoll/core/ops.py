@@ -71,8 +71,34 @@ def _by_name(name):
     return OPS[name]
 
 
+#: torch.distributed.ReduceOp's names of the executor's reductions
+_TORCH_NAMES = {"SUM": "SUM", "PRODUCT": "PROD", "MIN": "MIN", "MAX": "MAX",
+                "BAND": "BAND", "BOR": "BOR", "BXOR": "BXOR"}
+
+#: the names of the average, which :func:`partialcoll.allreduce` takes
+AVERAGE_NAMES = ("avg", "average")
+
+
+def torch_op_name(op):
+    """The name of a ``torch.distributed.ReduceOp`` member (``"SUM"``,
+    ``"AVG"``, ...), or None for anything else (torch is not imported)."""
+    if type(op).__module__.startswith("torch"):
+        name = getattr(op, "name", None)
+        return name if isinstance(name, str) else None
+    return None
+
+
+def is_average(op):
+    """Whether ``op`` asks for the average: ``"avg"``, ``"average"`` or
+    ``torch.distributed.ReduceOp.AVG``."""
+    if isinstance(op, str):
+        return op.lower() in AVERAGE_NAMES
+    return torch_op_name(op) == "AVG"
+
+
 def as_op(op):
-    """Normalise ``op`` (Op, mpi4py ``MPI.Op`` or name) to an :class:`Op`."""
+    """Normalise ``op`` (Op, mpi4py ``MPI.Op``, ``torch.distributed.ReduceOp``
+    or name) to an :class:`Op`."""
     if isinstance(op, Op):
         return op
     if isinstance(op, MPI.Op):
@@ -83,6 +109,14 @@ def as_op(op):
                             f"supported: {', '.join(OPS)}")
     if isinstance(op, str) and op.upper() in OPS:
         return OPS[op.upper()]
+    tname = torch_op_name(op)
+    if tname in _TORCH_NAMES:
+        return OPS[_TORCH_NAMES[tname]]
+    if is_average(op):
+        raise ScheduleError(f"the average ({op!r}) is an op of "
+                            f"partialcoll.allreduce and iallreduce only; "
+                            f"here, reduce with SUM and divide by the "
+                            f"number of ranks")
     raise ScheduleError(f"unknown reduction operator {op!r}; use one of "
                         f"partialcoll.{', partialcoll.'.join(OPS)}")
 

@@ -1,16 +1,39 @@
-"""Horovod's ``hvd.allreduce`` of one tensor: the sum or the average."""
+"""Horovod's allreduce of tensors: ``hvd.allreduce``, the non-blocking
+``allreduce_async`` with ``synchronize``/``poll``, and
+``grouped_allreduce``: the average by default, or any reduction."""
 import torch as _torch
 
 from ..collectives.allreduce import allreduce as _allreduce
+from ..collectives.allreduce import iallreduce as _iallreduce
 from ..core.checks import check_comm
 from ..core.errors import ScheduleError
 
 
+def _prepared(tensor, op, average, comm, what):
+    """(tensor as partialcoll reads it, op, comm) for Horovod's arguments."""
+    if not isinstance(tensor, _torch.Tensor):
+        raise ScheduleError(f"{what} takes a torch tensor, not "
+                            f"{type(tensor).__name__}: use "
+                            f"partialcoll.allreduce for NumPy arrays and "
+                            f"other buffers")
+    comm = check_comm(comm)
+    if average is not None:
+        op = "average" if average else "sum"
+    if isinstance(op, str) and op.lower() == "sum":
+        op = "SUM"
+    # a lazily conjugated or negated view (z.conj(), z.conj().imag) as its
+    # values: DLPack has no bit for either
+    t = tensor.detach().resolve_conj().resolve_neg()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t, op, comm
+
+
 def allreduce(tensor, op="average", average=None, comm=None,
-              compression=None):
-    """The sum or average of ``tensor`` over the ranks of ``comm``
-    (Horovod's ``hvd.allreduce``): a new tensor of the same shape, dtype
-    and device; ``tensor`` is not modified.
+              compression=None, name=None):
+    """The average (or another reduction) of ``tensor`` over the ranks of
+    ``comm`` (Horovod's ``hvd.allreduce``): a new tensor of the same shape,
+    dtype and device; ``tensor`` is not modified.
 
     Args:
         tensor: a torch tensor (CPU; CUDA through CuPy, see the docs' GPU
@@ -20,14 +43,18 @@ def allreduce(tensor, op="average", average=None, comm=None,
             requires grad is read through ``detach()`` (the result is not
             differentiable).  Other types raise ScheduleError (NumPy arrays:
             :func:`partialcoll.allreduce`).
-        op: ``"average"`` (default) or ``"sum"``, or any partialcoll
-            reduction (``partialcoll.MAX``, ``MPI.MIN``, ...).  An average
-            needs a floating-point tensor.
+        op: ``"average"`` (default, :data:`Average`) or ``"sum"``
+            (:data:`Sum`), :data:`Min`, :data:`Max`, :data:`Product`, any
+            partialcoll reduction (``partialcoll.MAX``, ``MPI.MIN``, ...)
+            or a ``torch.distributed.ReduceOp``.  An average needs a
+            floating-point (or complex) tensor.
         average: Horovod's older flag: True for the average, False for the
             sum (then leave ``op`` as it is).
         comm: mpi4py communicator (default ``MPI.COMM_WORLD``).
         compression: None or ``"fp16"`` (float16 on the wire, see
             :func:`partialcoll.allreduce`).
+        name: accepted for Horovod's signature; not used (partialcoll
+            matches calls by their order, as MPI does, not by name).
 
     bfloat16 and float16 tensors are summed in float32 and, for the
     average, divided in float32 too: the result is rounded to 16 bits once.
@@ -36,29 +63,65 @@ def allreduce(tensor, op="average", average=None, comm=None,
 
         import partialcoll.torch as pct
         mean_loss = pct.allreduce(loss)                 # average
-        total = pct.allreduce(counts, op="sum")
+        total = pct.allreduce(counts, op=pct.Sum)
     """
-    if not isinstance(tensor, _torch.Tensor):
-        raise ScheduleError(f"pct.allreduce takes a torch tensor, not "
-                        f"{type(tensor).__name__}: use partialcoll.allreduce "
-                        f"for NumPy arrays and other buffers")
-    comm = check_comm(comm)
-    if average is not None:
-        op = "average" if average else "sum"
-    name = op.lower() if isinstance(op, str) else None
-    # a lazily conjugated or negated view (z.conj(), z.conj().imag) as its
-    # values: DLPack has no bit for either
-    t = tensor.detach().resolve_conj().resolve_neg()
-    if not t.is_contiguous():
-        t = t.contiguous()
-    if name != "average":
-        return _allreduce(t, op="SUM" if name == "sum" else op, comm=comm,
-                          compression=compression)
-    if not t.is_floating_point():
-        raise ScheduleError(f"an average needs a floating-point tensor, "
-                            f"not {t.dtype}: use op='sum'")
-    size = comm.Get_size()
-    if t.element_size() == 2:              # bfloat16/float16: round once
-        total = _allreduce(t.float(), comm=comm, compression=compression)
-        return total.div_(size).to(t.dtype)
-    return _allreduce(t, comm=comm, compression=compression).div_(size)
+    t, op, comm = _prepared(tensor, op, average, comm, "pct.allreduce")
+    return _allreduce(t, op=_as_avg(op), comm=comm, compression=compression)
+
+
+def allreduce_async(tensor, op="average", average=None, comm=None,
+                    compression=None, name=None):
+    """Start :func:`allreduce` of ``tensor`` and return its handle at once
+    (Horovod's ``hvd.allreduce_async``): :func:`synchronize` waits for it
+    and returns the result, :func:`poll` says whether it is done.  The
+    tensor must stay unchanged until then.  Same arguments as
+    :func:`allreduce`.
+
+    Example::
+
+        handles = [pct.allreduce_async(g) for g in grads]
+        ...                                   # overlap other work
+        grads = [pct.synchronize(h) for h in handles]
+    """
+    t, op, comm = _prepared(tensor, op, average, comm, "pct.allreduce_async")
+    return _iallreduce(t, op=_as_avg(op), comm=comm, compression=compression)
+
+
+def synchronize(handle):
+    """Wait for a handle from :func:`allreduce_async` and return its result
+    (Horovod's ``hvd.synchronize``)."""
+    return _handle(handle).wait()
+
+
+def poll(handle):
+    """Whether the handle's allreduce is done, without waiting: then
+    :func:`synchronize` returns at once (Horovod's ``hvd.poll``)."""
+    return _handle(handle).test()
+
+
+def grouped_allreduce(tensors, op="average", average=None, comm=None,
+                      compression=None, name=None):
+    """:func:`allreduce` of each tensor of the list ``tensors``, all in
+    flight together; returns the results in order (Horovod's
+    ``hvd.grouped_allreduce``).  Every tensor is checked before any is
+    sent."""
+    if isinstance(tensors, _torch.Tensor) or \
+            not isinstance(tensors, (list, tuple)):
+        raise ScheduleError(f"grouped_allreduce takes a list of tensors, "
+                            f"not {type(tensors).__name__}")
+    for t in tensors:
+        _prepared(t, op, average, comm, "pct.grouped_allreduce")
+    handles = [allreduce_async(t, op, average, comm, compression)
+               for t in tensors]
+    return [synchronize(h) for h in handles]
+
+
+def _as_avg(op):
+    return "avg" if isinstance(op, str) and op.lower() == "average" else op
+
+
+def _handle(handle):
+    if not (hasattr(handle, "wait") and hasattr(handle, "test")):
+        raise ScheduleError(f"not a handle from allreduce_async: "
+                            f"{type(handle).__name__}")
+    return handle

@@ -21,6 +21,7 @@ The broadcasts (``broadcast_parameters``, ``broadcast_optimizer_state``)
 live in :mod:`partialcoll.torch.broadcast`.
 """
 import contextlib
+import inspect
 import logging
 import weakref
 
@@ -510,6 +511,12 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     def __repr__(self):
         return f"EagerOptimizer(mode={self.mode!r}, {self.optimizer!r})"
 
+
+# __new__ takes (optimizer=None, *args, **kwargs): without this, help(),
+# editors and inspect.signature would show that instead of __init__'s
+EagerOptimizer.__signature__ = inspect.signature(
+    EagerOptimizer.__init__).replace(parameters=list(inspect.signature(
+        EagerOptimizer.__init__).parameters.values())[1:])
 
 _CLASSES = weakref.WeakKeyDictionary()
 
