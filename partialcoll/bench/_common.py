@@ -14,14 +14,14 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
+from ..core import units
+from ..core.errors import ScheduleError
+
 
 def parse_size(text):
-    """'8', '4K', '4KiB', '1M' -> bytes."""
-    t = text.strip().upper().replace("IB", "").replace("B", "")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    if t and t[-1] in mult:
-        return int(float(t[:-1]) * mult[t[-1]])
-    return int(t)
+    """'8', '4K', '4KiB', '1M' -> bytes (binary), '64kB' -> 64,000: the
+    library's one convention (:mod:`partialcoll.core.units`)."""
+    return units.size(text)
 
 
 def whole(low):
@@ -58,15 +58,33 @@ def real(low, positive=False):
 
 
 def byte_size(text):
-    """argparse type: a size in bytes > 0 ('8', '4K', '1M'); returns the
-    text (the benchmark parses it with :func:`parse_size`)."""
+    """argparse type: a size in bytes > 0 ('8', '4K', '4MiB', '1MB');
+    returns the text (the benchmark parses it with :func:`parse_size`)."""
     try:
-        n = parse_size(text)
-    except ValueError:
-        n = None
-    if n is None or n < 1:
+        units.size(text, minimum=1)
+    except ScheduleError as e:
         raise argparse.ArgumentTypeError(
-            f"a size in bytes > 0 (K/M/G suffixes), not {text!r}")
+            f"{e}; sizes are {units.SIZE_HELP}") from None
+    return text
+
+
+def rate_text(text):
+    """argparse type: a rate ('10 MB/s', '2 MiB/s', '1 Gb/s'); returns the
+    text (:func:`partialcoll.network.rate` reads it)."""
+    try:
+        units.rate(text)
+    except ScheduleError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def duration_text(text):
+    """argparse type: a duration ('20 ms', '250 us', '0'); returns the
+    text (:func:`partialcoll.network.seconds` reads it)."""
+    try:
+        units.duration(text)
+    except ScheduleError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return text
 
 
@@ -112,10 +130,7 @@ def writable(path):
 
 
 def fmt_size(n):
-    for unit, f in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= f and n % f == 0:
-            return f"{n // f}{unit}"
-    return f"{n}B"
+    return units.format_size(n)
 
 
 def across_ranks(value, comm):

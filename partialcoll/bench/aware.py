@@ -32,9 +32,8 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import (
-    auto_or_count, cli, emit, listed, progress, pyplot, real, save_plot,
-    whole, writable)
+from ._common import (auto_or_count, cli, duration_text, emit, listed,
+                      progress, pyplot, real, save_plot, whole, writable)
 
 
 def add_args(p):
@@ -46,7 +45,7 @@ def add_args(p):
                    help="seconds between rate redraws (10)")
     p.add_argument("--redraws", type=whole(1), default=10)
     p.add_argument("--latency", default="1 ms")
-    p.add_argument("--message-overhead", default="0",
+    p.add_argument("--message-overhead", type=duration_text, default="0",
                    help="the emulated network's per-message cost (e.g. "
                         "'1 ms': each slice holds its channel that long "
                         "before its bytes move; default 0: the model "

@@ -24,14 +24,16 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import (byte_size, cli, emit, parse_size, real, whole,
-                      writable)
+from ._common import (byte_size, cli, duration_text, emit, parse_size,
+                      rate_text, real, whole, writable)
 
 
 def add_args(p):
     p.add_argument("--size", type=byte_size, default="4M", help="bytes per flow (default 4M)")
-    p.add_argument("--rate", default="10 MB/s", help="link rate (10 MB/s)")
-    p.add_argument("--latency", default="20 ms", help="for the chain (20 ms)")
+    p.add_argument("--rate", type=rate_text, default="10 MB/s",
+                   help="link rate (10 MB/s)")
+    p.add_argument("--latency", type=duration_text, default="20 ms",
+                   help="for the chain (20 ms)")
     p.add_argument("--chain", type=whole(1), default=10, help="messages in it")
     p.add_argument("--messages", type=whole(1), default=2000,
                    help="messages for the drop count")

@@ -74,81 +74,32 @@ segment, so it runs on one machine only).
 import hashlib
 import math
 import os
-import re
 
 from mpi4py import MPI
 
-from ..core import engine, env
+from ..core import engine, env, units
 from ..core.errors import ScheduleError
 from ..core.checks import check_comm
 
-_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "ki": 2 ** 10, "mi": 2 ** 20,
-          "gi": 2 ** 30}
-_TIMES = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _KEYS = {"out_rate", "in_rate", "latency", "drop"}
 _state = {"config": None, "generation": 0}
 
 
 def rate(value, what="rate"):
     """Bytes per second from '10 MB/s', '2.5 MiB/s', '1 Gb/s', a number, or
-    'unlimited' (returns math.inf)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not value > 0:                # NaN too
-            raise ScheduleError(f"{what} must be > 0, got {value!r}")
-        return float(value)
-    text = str(value).strip()
-    if text.lower() in ("unlimited", "inf", "none"):
-        return math.inf
-    m = re.fullmatch(r"([0-9.eE+-]+)\s*([kKmMgG]i?)?([bB])(/s|ps)", text)
-    if not m:
-        raise ScheduleError(f"{what}: cannot read {value!r} (write e.g. "
-                            "'10 MB/s', '2 MiB/s', '1 Gb/s' or 'unlimited')")
-    prefix = (m.group(2) or "").lower()
-    v = float(m.group(1)) * _UNITS[prefix] / (8 if m.group(3) == "b" else 1)
-    if not v > 0:
-        raise ScheduleError(f"{what} must be > 0, got {value!r}")
-    return v
-
-
-def _bare_number(text):
-    """``text`` as a float when it is a number without a unit, else None."""
-    try:
-        return float(str(text).strip())
-    except ValueError:
-        return None
+    'unlimited' (returns math.inf): :func:`partialcoll.core.units.rate`."""
+    return units.rate(value, what)
 
 
 def seconds(value, what="time"):
     """Seconds from '1 ms', '250 us', '2 s', '0' (zero needs no unit) or a
-    number of seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        v = float(value)
-    elif _bare_number(value) == 0:
-        v = 0.0
-    else:
-        m = re.fullmatch(r"([0-9.eE+-]+)\s*(s|ms|us|µs|ns)", str(value).strip())
-        if not m:
-            raise ScheduleError(f"{what}: cannot read {value!r} (write e.g. "
-                                "'1 ms', '250 us' or '2 s')")
-        v = float(m.group(1)) * _TIMES[m.group(2)]
-    if not 0 <= v < 1e6:
-        raise ScheduleError(f"{what} must be >= 0, got {value!r}")
-    return v
+    number of seconds: :func:`partialcoll.core.units.duration`."""
+    return units.duration(value, what)
 
 
 def _bytes(value, what="[priority] low_buffer"):
-    """Bytes from '64 KB', '1 MiB' or a number."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        v = float(value)
-    else:
-        m = re.fullmatch(r"([0-9.eE+-]+)\s*([kKmMgG]i?)?[bB]", str(value).strip())
-        if not m:
-            raise ScheduleError(f"{what}: cannot read {value!r} (write e.g. "
-                                "'64 KB' or '1 MiB')")
-        v = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
-    if not v >= 0:
-        raise ScheduleError(f"{what} must be >= 0, got {value!r}")
-    return v
+    """Bytes from '64 KB' (decimal), '64 KiB', '64K' (binary) or a number."""
+    return float(units.size(value, what))
 
 
 def _probability(value, what):
