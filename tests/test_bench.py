@@ -481,3 +481,32 @@ def test_overlap_benchmark_runs(rank_tmp):
     assert all(r["ratio"] == 1.0 for r in rows if r["variant"] == "plain")
     if MPI.COMM_WORLD.rank == 0:
         assert (rank_tmp / "o.json").exists()
+
+
+def test_allreduce_benchmark_osu_style(rank_tmp, monkeypatch):
+    """Every implementation, in and out of place, over a size range: the
+    checked results are right (#wrong 0), algbw and busbw follow from the
+    time; then a wrong expectation is counted on every element of every
+    full allreduce (the check can fail)."""
+    from partialcoll.bench import allreduce
+    P = MPI.COMM_WORLD.size
+    out = rank_tmp / "ar.json"
+    rows = allreduce.run(args_for(allreduce, [
+        "-m", "8:4K", "-f", "8", "-i", "3", "-x", "1", "--json", str(out)]))
+    assert len(rows) == 4 * 5 * 2        # 8, 64, 512, 4096 bytes
+    for r in rows:
+        assert r["#wrong"] == 0, r
+        assert r["min_us"] <= r["time_us"] <= r["max_us"]
+        assert r["algbw"] == pytest.approx(r["size"] / r["time_us"] / 1e3)
+        assert r["busbw"] == pytest.approx(r["algbw"] * 2 * (P - 1) / P)
+    assert {r["place"] for r in rows} == {"in", "out"}
+    if MPI.COMM_WORLD.rank == 0:
+        assert len(json.loads(out.read_text())["rows"]) == len(rows)
+    rows = allreduce.run(args_for(allreduce, [
+        "-m", "64:64", "-i", "2", "-x", "0", "-o", "max", "-d", "int64"]))
+    assert [r["impl"] for r in rows] == ["MPI_Allreduce"] * 2 + \
+        ["allreduce"] * 2 and all(r["#wrong"] == 0 for r in rows)
+    monkeypatch.setattr(allreduce, "expected", lambda op, dtype, n: -1)
+    rows = allreduce.run(args_for(allreduce, [
+        "-m", "64:64", "-i", "1", "-x", "0", "--impls", "allreduce"]))
+    assert [r["#wrong"] for r in rows] == [16 * P] * 2

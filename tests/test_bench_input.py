@@ -17,7 +17,7 @@ BAD = [
     "hyperplane --delays -50", "hyperplane --delays 200,x",
     "hyperplane --eval-every 0", "hyperplane --steps 0",
     "sweep --iters -3", "sweep --iters 0", "sweep --sizes -8",
-    "sweep --sizes 0", "sweep --sizes 8,,x", "sweep --warmup 0",
+    "sweep --sizes 0", "sweep --sizes 8,,x", "sweep --warmup -1",
     "sweep --repeat 0",
     "mlfabric-sched --sizes 0", "mlfabric-sched --sizes -5",
     "mlfabric-sched --repeats 0", "mlfabric-sched --runs 0",
@@ -32,6 +32,10 @@ BAD = [
     "tictac-allreduce --steps 0", "tictac-allreduce --bucket 0",
     "overhead --iters 0", "overlap --steps 0", "overlap --bucket -1",
     "lstm --eval-every 0",
+    "allreduce -m 8:x", "allreduce -m 64:8", "allreduce -m 0:8",
+    "allreduce -f 1", "allreduce -i 0", "allreduce -x -1",
+    "allreduce -d int3", "allreduce -o mean", "allreduce -b 0",
+    "allreduce -c 2",
 ]
 
 
@@ -61,6 +65,27 @@ def test_good_values_pass():
     assert a.stragglers == "C1,C3"
     a = p.parse_args("latency --step-ms 0 --warmup 0".split())
     assert a.step_ms == 0.0 and a.warmup == 0
+    a = p.parse_args("sweep -i 7 -x 0".split())
+    assert (a.iters, a.warmup) == (7, 0)
+    a = p.parse_args("allreduce -m 8:4M -i 100 -x 10".split())
+    assert a.message_size == (8, 4 << 20)
+    assert (a.iterations, a.warmup) == (100, 10)
+    a = p.parse_args("allreduce -b 1KB -e 64K -f 4 -o max -d int64".split())
+    assert (a.minbytes, a.maxbytes, a.stepfactor) == ("1KB", "64K", 4.0)
+
+
+def test_allreduce_sizes_osu_and_nccl_tests_forms():
+    from partialcoll.bench import allreduce
+    p = build_parser()
+    sizes = allreduce.sizes_of(p.parse_args("allreduce -m 8:64".split()))
+    assert sizes == [8, 16, 32, 64]
+    sizes = allreduce.sizes_of(p.parse_args(
+        "allreduce -b 1K -e 1M -f 32".split()))
+    assert sizes == [1024, 32768, 1 << 20]
+    default = allreduce.sizes_of(p.parse_args(["allreduce"]))
+    assert (default[0], default[-1]) == (8, 1 << 20)
+    with pytest.raises(SystemExit, match="not both"):
+        allreduce.sizes_of(p.parse_args("allreduce -m 8:64 -b 8".split()))
 
 
 @pytest.mark.parametrize("option", ["--json", "--csv", "--plot"])

@@ -13,12 +13,15 @@ import sys
 
 from ..core.failfast import abort_on_error
 from ._common import Parser, plain, versions_line
-from . import (aware, hyperplane, latency, lstm, mlfabric, mlfabric_retarget,
+from . import (allreduce, aware, hyperplane, latency, lstm, mlfabric, mlfabric_retarget,
                mlfabric_sched, netcal, overhead, overlap, rps, sweep, tictac,
                tictac_allreduce)
 
 #: name -> (module, one line for the top-level --help)
 COMMANDS = {
+    "allreduce": (allreduce, "allreduce latency and bandwidth over message "
+                             "sizes, OSU and nccl-tests style: MPI, "
+                             "partialcoll and the partial collectives"),
     "latency": (latency, "the eager-SGD paper's latency experiment: "
                          "MPI_Allreduce, allreduce, majority, quorum, solo "
                          "under skew"),

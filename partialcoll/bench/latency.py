@@ -30,8 +30,10 @@ DEFAULT_IMPLS = IMPLS[:-1]
 
 
 def add_args(p):
-    p.add_argument("--iters", type=whole(1), default=64)
-    p.add_argument("--warmup", type=whole(0), default=4, help="untimed calls first")
+    p.add_argument("-i", "--iters", type=whole(1), default=64,
+                   help="timed calls per implementation (default 64)")
+    p.add_argument("-x", "--warmup", type=whole(0), default=4,
+                   help="untimed calls first (default 4)")
     p.add_argument("--step-ms", type=real(0), default=1.0,
                    help="skew step in milliseconds (default 1)")
     p.add_argument("--skew", choices=["linear", "random"], default="linear")

@@ -30,11 +30,14 @@ DEFAULT_SIZES = "8,64,512,4K,32K,256K,1M,4M"
 def add_args(p):
     p.add_argument("--sizes", type=listed(byte_size), default=DEFAULT_SIZES,
                    help=f"comma-separated message sizes in bytes (K/M suffixes); default {DEFAULT_SIZES}")
-    p.add_argument("--iters", type=whole(1), default=None,
+    p.add_argument("-i", "--iters", type=whole(1), default=None,
                    help="calls per timed block (default: 1000 small ... 20 at 4 MiB)")
-    p.add_argument("--warmup", type=whole(1), default=None, help="untimed calls first")
-    p.add_argument("--repeat", type=whole(1), default=5, help="timed blocks per size")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("-x", "--warmup", type=whole(0), default=None,
+                   help="untimed calls first (default: a tenth of --iters, at least 5)")
+    p.add_argument("--repeat", type=whole(1), default=5,
+                   help="timed blocks per size (default 5)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64", "int32", "int64"],
+                   help="element type (default float32)")
     p.add_argument("--algorithm", default=None, choices=["recursive_doubling", "ring", "rabenseifner"])
     add_device_arg(p)
     p.add_argument("--csv", type=writable)
