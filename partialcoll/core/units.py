@@ -1,6 +1,6 @@
 """Sizes, rates and durations written as text, with one convention for the
 whole library: the benchmark command line, the emulated network's TOML and
-the Python functions that take them (:func:`partialcoll.network.rate`, ...).
+the Python functions that take them (``partialcoll.network.rate``, ...).
 
 Sizes (bytes):
 
