@@ -18,10 +18,10 @@ Quick start (``mpiexec -n 4 python prog.py``)::
 from mpi4py import MPI  # noqa: F401
 
 from .core import env, logs  # noqa: E402
-from .core.errors import (DeviceError, PartialcollError,  # noqa: E402
-                          ScheduleBusyError, ScheduleError,
-                          ScheduleFreedError, ThreadLevelError,
-                          TransportError, WaitTimeout)
+from .core.errors import (ArgumentTypeError, DeviceError,  # noqa: E402
+                          Error, PartialcollError, ScheduleBusyError,
+                          ScheduleError, ScheduleFreedError,
+                          ThreadLevelError, TransportError, WaitTimeout)
 from .core.ops import OPS as _OPS, Op, as_op  # noqa: E402
 from .core.request import Request  # noqa: E402
 from .core.schedule import ALL, ANY, Schedule, Slot  # noqa: E402
@@ -55,7 +55,7 @@ __version__ = "0.1.0"
 __all__ = ["Schedule", "Slot", "Request", "ALL", "ANY", "Op", "as_op",
            "SUM", "PROD", "MIN", "MAX", "LAND", "LOR", "LXOR", "BAND", "BOR",
            "BXOR", "allreduce", "iallreduce", "Compression",
-           "PartialcollError",
+           "Error", "PartialcollError", "ArgumentTypeError",
            "ScheduleError", "ScheduleBusyError", "ScheduleFreedError",
            "ThreadLevelError", "TransportError", "WaitTimeout",
            "progress_thread_cputime", "abort_on_error", "SoloAllreduce",

@@ -7,7 +7,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from .errors import ScheduleError
+from .errors import ArgumentTypeError, ScheduleError
 
 
 def as_array(buf, what="buffer"):
@@ -21,9 +21,10 @@ def as_array(buf, what="buffer"):
         try:
             arr = np.asarray(memoryview(buf))
         except TypeError:
-            raise ScheduleError(f"{what} must be a NumPy array, a buffer-"
-                                "protocol object or an mpi4py buffer spec "
-                                f"[buf, MPI.TYPE]; got {type(buf).__name__}") from None
+            raise ArgumentTypeError(
+                f"{what} must be a NumPy array, a buffer-protocol object or "
+                f"an mpi4py buffer spec [buf, MPI.TYPE]; got "
+                f"{type(buf).__name__}") from None
     if not arr.flags.c_contiguous:
         raise ScheduleError(f"{what} must be C-contiguous (use "
                             "numpy.ascontiguousarray)")
@@ -46,7 +47,10 @@ def _from_spec(spec, what):
     if len(spec) == 3:
         count = spec[1]
         if not isinstance(count, (int, np.integer)) or \
-                isinstance(count, bool) or count < 0:
+                isinstance(count, bool):
+            raise ArgumentTypeError(f"{what}: count must be an int >= 0, "
+                                    f"got {count!r}")
+        if count < 0:
             raise ScheduleError(f"{what}: count must be an int >= 0, got "
                                 f"{count!r}")
         count = int(count)

@@ -1,10 +1,11 @@
 """Argument checks shared by every layer: the MPI thread level, a
 communicator partialcoll can run on, and whole numbers in a range.  Each
-raises :class:`~.errors.ScheduleError` (or ThreadLevelError) with a
-message that names what was passed."""
+raises :class:`~.errors.ScheduleError` (:class:`~.errors.ArgumentTypeError`
+for a wrong type) or ThreadLevelError, with a message that names what was
+passed."""
 import numbers
 
-from .errors import ScheduleError, ThreadLevelError
+from .errors import ArgumentTypeError, ScheduleError, ThreadLevelError
 
 _thread_ok = False
 
@@ -34,8 +35,9 @@ def check_comm(comm):
     if comm is None:
         return MPI.COMM_WORLD
     if not isinstance(comm, MPI.Comm):
-        raise ScheduleError(f"comm must be an mpi4py communicator, got "
-                            f"{type(comm).__name__}")
+        raise ArgumentTypeError(f"comm must be an mpi4py communicator "
+                                f"(e.g. MPI.COMM_WORLD) or None, got "
+                                f"{type(comm).__name__}")
     if comm == MPI.COMM_NULL:
         raise ScheduleError("comm is MPI.COMM_NULL (or was freed): pass a "
                             "valid communicator")
@@ -51,7 +53,7 @@ def check_int(value, what, lo=None, hi=None):
     ScheduleError naming ``what``: floats are refused, not truncated
     (quorum=1.9 must not become 1)."""
     if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise ScheduleError(f"{what} must be an int, got {value!r}")
+        raise ArgumentTypeError(f"{what} must be an int, got {value!r}")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         span = f"{'' if lo is None else lo}..{'' if hi is None else hi}"
         raise ScheduleError(f"{what} must be in {span}, got {value}")

@@ -254,6 +254,13 @@ def backend_of(x):
     return None
 
 
+def place_of(x):
+    """Where ``x`` lives, in words: host memory, or a backend's device."""
+    backend = backend_of(x)
+    return "host memory" if backend is None else \
+        f"{backend.name} device {backend.device_id(x)}"
+
+
 def check_place(x, mem, device, what, like):
     """The backend of ``x`` (None for host data) after checking that ``x``
     lives where ``mem``/``device`` say (HOST, or a backend and device id);
@@ -263,7 +270,7 @@ def check_place(x, mem, device, what, like):
             (backend is not None and backend.device_id(x) != device):
         where = "host memory" if mem is HOST else f"{mem.name} device {device}"
         raise ScheduleError(f"{what} must be in {where}, like {like}; got "
-                            f"{type(x).__name__}")
+                            f"a {type(x).__name__} in {place_of(x)}")
     return backend
 
 

@@ -8,7 +8,7 @@ and reads the timeline through these functions; nothing above ``core``
 calls the C extension itself.
 """
 from .. import _core
-from .errors import ScheduleError
+from .errors import ArgumentTypeError, ScheduleError
 
 _C = _core.constants()
 #: C-level constants (op kinds, outcomes, timeline event codes ...)
@@ -31,7 +31,10 @@ def set_send_cap(n):
     queued and released lowest ``priority`` first, so priority decides what
     the wire carries first.  0 (the default, or PARTIALCOLL_SEND_CAP)
     removes the cap: nothing queues."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise ArgumentTypeError(f"the send cap must be an int >= 0, got "
+                                f"{n!r}")
+    if n < 0:
         raise ScheduleError(f"the send cap must be an int >= 0, got {n!r}")
     _core.set_send_cap(n)
 

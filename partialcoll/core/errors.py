@@ -1,9 +1,10 @@
 """The exception hierarchy.  The C core returns codes; each maps to one class.
 
-PartialcollError
-    ScheduleError (also ValueError)     misuse: bad graph, buffers, arguments
-    ScheduleBusyError                   rebinding/reposting while a round runs
-    ScheduleFreedError                  using a freed schedule
+PartialcollError (partialcoll.Error)
+    ScheduleError (also ValueError)     misuse: bad graph, buffers, values
+        ArgumentTypeError (also TypeError)  an argument of the wrong type
+        ScheduleBusyError               rebinding/reposting while a round runs
+        ScheduleFreedError              using a freed schedule
     ThreadLevelError                    MPI below MPI_THREAD_MULTIPLE
     TransportError (also RuntimeError)  MPI failed on the progress thread
     WaitTimeout (also TimeoutError)     wait(timeout=...) ran out
@@ -16,8 +17,19 @@ class PartialcollError(Exception):
     """Base class of every error raised by partialcoll."""
 
 
+#: The documented short name of the base class: ``except partialcoll.Error``
+#: catches partialcoll's own errors.
+Error = PartialcollError
+
+
 class ScheduleError(PartialcollError, ValueError):
     """The schedule, a buffer or an argument is invalid (a usage error)."""
+
+
+class ArgumentTypeError(ScheduleError, TypeError):
+    """An argument of the wrong type: a ``TypeError``, and a
+    :class:`ScheduleError` too (``except ScheduleError`` still catches
+    it)."""
 
 
 class ScheduleBusyError(ScheduleError):

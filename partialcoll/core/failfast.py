@@ -11,7 +11,7 @@ import sys
 import threading
 import traceback
 
-from .errors import ScheduleError
+from .errors import ArgumentTypeError, ScheduleError
 
 _installed = False
 
@@ -27,10 +27,12 @@ def abort_on_error(code=1):
     Use it (or launch with ``python -m mpi4py``) in any program whose ranks
     may fail apart, e.g. on an optional import one host lacks."""
     global _installed
-    if isinstance(code, bool) or not isinstance(code, int) or \
-            not 1 <= code <= 255:
+    if isinstance(code, bool) or not isinstance(code, int):
+        raise ArgumentTypeError(f"code must be an exit status in 1..255 "
+                                f"(an int), got {code!r}")
+    if not 1 <= code <= 255:
         raise ScheduleError(f"code must be an exit status in 1..255, got "
-                         f"{code!r}")
+                            f"{code!r}")
     if _installed:
         return
     sys.excepthook = lambda kind, value, tb: _abort(kind, value, tb, code)

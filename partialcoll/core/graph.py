@@ -5,7 +5,8 @@ import numpy as np
 
 from .. import _core
 from . import devices
-from .errors import ScheduleError, ScheduleFreedError
+from .errors import (ArgumentTypeError, ScheduleError,
+                     ScheduleFreedError)
 from .ops import OPS, as_op, check_op_dtype, dtype_code
 from .slots import (DEVICE, HOST, BufRef, Slot, as_ref, nanoseconds,
                     op_param, op_priority, whole)
@@ -90,9 +91,14 @@ class GraphBuilder:
         deps = list(dict.fromkeys(int(d) if isinstance(d, np.integer) else d
                                   for d in deps))
         for d in deps:
-            if not isinstance(d, (int, np.integer)) or not 0 <= d < len(self._ops):
+            if not isinstance(d, (int, np.integer)):
+                raise ArgumentTypeError(f"dependency {d!r} must be an op "
+                                        f"(the int an op method returns), "
+                                        f"not {type(d).__name__}")
+            if not 0 <= d < len(self._ops):
                 raise ScheduleError(f"dependency {d!r} is not an op of this "
-                                    "schedule (ops can only depend on earlier ops)")
+                                    "schedule (ops can only depend on "
+                                    "earlier ops)")
         if need is not None:
             if not 1 <= need <= len(deps):
                 raise ScheduleError(f"need={need} but the op has {len(deps)} "
@@ -238,8 +244,11 @@ class GraphBuilder:
                                 f"is {a.slot.dtype}")
         if not a.slot.writable:
             raise ScheduleError(f"scale target {a} is read-only")
-        if not isinstance(count_of, (int, np.integer)) or \
-                not 0 <= count_of < len(self._ops):
+        if not isinstance(count_of, (int, np.integer)):
+            raise ArgumentTypeError(f"count_of must be an op (the int an op "
+                                    f"method returns), not "
+                                    f"{type(count_of).__name__}")
+        if not 0 <= count_of < len(self._ops):
             raise ScheduleError(f"count_of={count_of!r} is not an op of this "
                                 "schedule")
         return self._add(_C["SCALE"], after, mode, optional, a=a, need=need,

@@ -8,7 +8,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _core
-from .errors import ScheduleError
+from .errors import ArgumentTypeError, ScheduleError
 
 _C = _core.constants()
 
@@ -105,7 +105,10 @@ def as_op(op):
         for mop, name in _MPI_OPS:
             if op == mop:
                 return OPS[name]
-        raise ScheduleError(f"unsupported MPI reduction operator {op!r}; "
+        name = next((f"MPI.{n}" for n in dir(MPI) if n.isupper() and
+                     isinstance(getattr(MPI, n), MPI.Op) and
+                     getattr(MPI, n) == op), repr(op))
+        raise ScheduleError(f"unsupported MPI reduction operator {name}; "
                             f"supported: {', '.join(OPS)}")
     if isinstance(op, str) and op.upper() in OPS:
         return OPS[op.upper()]
@@ -117,8 +120,12 @@ def as_op(op):
                             f"partialcoll.allreduce and iallreduce only; "
                             f"here, reduce with SUM and divide by the "
                             f"number of ranks")
-    raise ScheduleError(f"unknown reduction operator {op!r}; use one of "
-                        f"partialcoll.{', partialcoll.'.join(OPS)}")
+    if isinstance(op, str) or tname is not None:
+        raise ScheduleError(f"unknown reduction operator {op!r}; use one of "
+                            f"partialcoll.{', partialcoll.'.join(OPS)}")
+    raise ArgumentTypeError(f"a reduction operator must be one of "
+                            f"partialcoll.{', partialcoll.'.join(OPS)} (or "
+                            f"its MPI.Op or name), not {type(op).__name__}")
 
 
 # dtype name -> (code, itemsize, kind); longdouble/clongdouble keyed by numpy

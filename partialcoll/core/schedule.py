@@ -153,7 +153,8 @@ class Schedule(GraphBuilder):
         if backend is not self._backend or \
                 backend.device_id(array) != self._device_id:
             raise ScheduleError(f"{slot} is device memory of this schedule's "
-                                f"device; got {type(array).__name__}")
+                                f"device; got a {type(array).__name__} in "
+                                f"{devices.place_of(array)}")
         arr = devices.flat(backend, array)
         if arr.dtype != slot.dtype or arr.size < slot.size:
             raise ScheduleError(f"{slot} cannot take a {arr.dtype}[{arr.size}] "

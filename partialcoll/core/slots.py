@@ -3,7 +3,7 @@ checks of the values ops take (:mod:`.schedule` builds on them)."""
 import numpy as np
 
 from .. import _core
-from .errors import ScheduleError
+from .errors import ArgumentTypeError, ScheduleError
 from .checks import check_int
 
 _C = _core.constants()
@@ -26,8 +26,12 @@ class Slot:
         return self.space == DEVICE
 
     def __getitem__(self, key):
-        if not isinstance(key, slice) or key.step not in (None, 1):
-            raise ScheduleError("select buffer elements with slot[a:b]")
+        if not isinstance(key, slice):
+            raise ArgumentTypeError(f"select buffer elements with "
+                                    f"slot[a:b], not slot[{key!r}]")
+        if key.step not in (None, 1):
+            raise ScheduleError(f"select buffer elements with slot[a:b]: "
+                                f"no step ({key.step!r})")
         start, stop, _ = key.indices(self.size)
         return BufRef(self, start, max(stop - start, 0))
 
@@ -52,7 +56,8 @@ def as_ref(buf):
         return BufRef(buf, 0, buf.size)
     if isinstance(buf, BufRef):
         return buf
-    raise ScheduleError(f"expected a Slot or slot[a:b], got {type(buf).__name__}")
+    raise ArgumentTypeError(f"expected a Slot (from Schedule.buffer()) or "
+                            f"slot[a:b], got {type(buf).__name__}")
 
 
 def whole(value, what, lo=0, hi=2**31 - 1):
@@ -69,8 +74,8 @@ def wait_seconds(timeout):
     try:
         t = float(timeout)
     except (TypeError, ValueError):
-        raise ScheduleError(f"timeout must be None or a number of seconds, "
-                            f"got {timeout!r}") from None
+        raise ArgumentTypeError(f"timeout must be None or a number of "
+                                f"seconds, got {timeout!r}") from None
     if not t >= 0:                       # negative or NaN
         raise ScheduleError(f"timeout must be None or >= 0 seconds, got "
                             f"{timeout!r}")
@@ -83,8 +88,8 @@ def nanoseconds(seconds, what):
     try:
         t = float(seconds)
     except (TypeError, ValueError):
-        raise ScheduleError(f"{what} must be a number of seconds, got "
-                            f"{seconds!r}") from None
+        raise ArgumentTypeError(f"{what} must be a number of seconds, got "
+                                f"{seconds!r}") from None
     if not t >= 0 or t > 1e9:
         raise ScheduleError(f"{what} must be >= 0 seconds, got {seconds!r}")
     return int(round(t * 1e9))
@@ -105,15 +110,20 @@ def op_param(value, dtype, what):
     if dtype is np.float64:
         if not isinstance(value, (int, float, np.integer, np.floating)) \
                 or isinstance(value, bool):
-            raise ScheduleError(f"{what} must be a number or slot[i:i+1]")
+            raise ArgumentTypeError(f"{what} must be a number or "
+                                    f"slot[i:i+1], got {value!r}")
         v = float(value)
         if not abs(v) <= 1e9 or (what == "seconds" and v < 0):
             raise ScheduleError(f"{what} must be a finite number of seconds"
                                 f"{' >= 0' if what == 'seconds' else ''} "
                                 f"(at most 1e9), got {value!r}")
         return int(round(v * 1e9)), None
-    if not isinstance(value, (int, np.integer)) or value < 0:
-        raise ScheduleError(f"{what} must be an int >= 0 or slot[i:i+1]")
+    if not isinstance(value, (int, np.integer)):
+        raise ArgumentTypeError(f"{what} must be an int >= 0 or "
+                                f"slot[i:i+1], got {value!r}")
+    if value < 0:
+        raise ScheduleError(f"{what} must be an int >= 0 or slot[i:i+1], "
+                            f"got {value!r}")
     return int(value), None
 
 
@@ -129,8 +139,8 @@ def op_priority(value):
                                 "element, e.g. slot[i:i+1]")
         return 0, ref
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-        raise ScheduleError(f"priority must be an int or slot[i:i+1], got "
-                            f"{value!r}")
+        raise ArgumentTypeError(f"priority must be an int or slot[i:i+1], "
+                                f"got {value!r}")
     return whole(value, "priority", -2**31, 2**31 - 1), None
 
 

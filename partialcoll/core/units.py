@@ -26,7 +26,7 @@ so this module does (one regular expression per kind)."""
 import math
 import re
 
-from .errors import ScheduleError
+from .errors import ArgumentTypeError, ScheduleError
 
 _DECIMAL = {"": 1, "k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "t": 10 ** 12}
 _BINARY = {"k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30, "t": 2 ** 40}
@@ -54,9 +54,9 @@ def size(value, what="size", minimum=0):
     v = _number(value)
     if v is None:
         if not isinstance(value, str):
-            raise ScheduleError(f"{what} must be a size such as '4MiB' or a "
-                                f"number of bytes, not "
-                                f"{type(value).__name__}")
+            raise ArgumentTypeError(f"{what} must be a size such as '4MiB' "
+                                    f"or a number of bytes, not "
+                                    f"{type(value).__name__}")
         m = _SIZE.fullmatch(value.strip())
         if not m:
             raise ScheduleError(f"{what}: cannot read {value!r} as a size "

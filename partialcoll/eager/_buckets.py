@@ -3,11 +3,12 @@ their specs and memory, the fused buffers and their order, priorities and
 partitions (TicTac for allreduce), and one step's collectives over them,
 synchronous or partial."""
 import numbers
+import reprlib
 
 import numpy as np
 
 from ..core import devices
-from ..core.errors import ScheduleError
+from ..core.errors import ArgumentTypeError, ScheduleError
 from ..collectives.allreduce import allreduce, iallreduce
 from ._checks import check_count
 
@@ -88,8 +89,9 @@ def check_order(order, n):
     try:
         order = [int(i) for i in order]
     except (TypeError, ValueError):
-        raise ScheduleError("order must be a list of gradient indices") \
-            from None
+        raise ArgumentTypeError(f"order must be a list of gradient "
+                                f"indices (ints), got "
+                                f"{reprlib.repr(order)}") from None
     if sorted(order) != list(range(n)):
         raise ScheduleError(f"order must name every gradient index 0..{n - 1}"
                             f" once")
@@ -109,7 +111,8 @@ def check_priorities(mode, priorities, partition_bytes, specs):
         bad = [p for p in priorities if isinstance(p, bool)
                or not isinstance(p, numbers.Integral)]
         if bad:
-            raise ScheduleError(f"priorities must be ints, not {bad[0]!r}")
+            raise ArgumentTypeError(f"priorities must be ints, not "
+                                    f"{bad[0]!r}")
     check_count(partition_bytes, "partition_bytes")
 
 

@@ -5,7 +5,7 @@ import numbers
 
 import numpy as np
 
-from ..core.errors import ScheduleError
+from ..core.errors import ArgumentTypeError, ScheduleError
 from ..collectives.staging import check_compression
 from ..core.ops import OPS, as_op
 
@@ -31,8 +31,9 @@ def check_mode(mode, size):
             raise ScheduleError(f"quorum mode must be between 1 and the "
                                 f"number of processes ({size}), not {mode}")
         return int(mode)
-    raise ScheduleError(f"mode must be 'solo', 'majority', 'sync', 'sync-mpi' "
-                        f"or an integer quorum, not {mode!r}")
+    kind = ScheduleError if isinstance(mode, str) else ArgumentTypeError
+    raise kind(f"mode must be 'solo', 'majority', 'sync', 'sync-mpi' or an "
+               f"integer quorum, not {mode!r}")
 
 
 def check_count(value, what):
@@ -41,8 +42,10 @@ def check_count(value, what):
     is anything else (2.5, True, "3", inf)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
-            or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentTypeError(f"{what} must be a positive integer or "
+                                f"None, not {value!r}")
+    if value < 1:
         raise ScheduleError(f"{what} must be a positive integer or None, "
                             f"not {value!r}")
     return int(value)
@@ -51,7 +54,7 @@ def check_count(value, what):
 def check_seed(seed):
     """Majority mode's seed: an int (not a float, None or a string)."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise ScheduleError(f"seed must be an int, not {seed!r}")
+        raise ArgumentTypeError(f"seed must be an int, not {seed!r}")
     return int(seed)
 
 
@@ -63,21 +66,25 @@ def check_op(op):
     if "adasum" in str(op).lower():
         raise ScheduleError("op: Adasum is not supported; gradients are "
                             "averaged ('average') or summed ('sum')")
+    kind = ScheduleError
     try:
         if as_op(op) is OPS["SUM"]:
             return "sum"
+    except ArgumentTypeError:
+        kind = ArgumentTypeError        # not an op at all
     except ScheduleError:
         pass
-    raise ScheduleError(f"op must be 'average' or 'sum' (also "
-                        f"partialcoll.SUM, MPI.SUM), not {op!r}: gradients "
-                        f"are averaged or summed")
+    raise kind(f"op must be 'average' or 'sum' (also partialcoll.SUM, "
+               f"MPI.SUM), not {op!r}: gradients are averaged or summed")
 
 
 def check_predivide(factor, op):
     """Horovod's ``gradient_predivide_factor``: a finite number > 0, and not
     1 only when averaging."""
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) \
-            or not np.isfinite(factor) or factor <= 0:
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+        raise ArgumentTypeError(f"gradient_predivide_factor must be a "
+                                f"finite number > 0, not {factor!r}")
+    if not np.isfinite(factor) or factor <= 0:
         raise ScheduleError(f"gradient_predivide_factor must be a finite "
                             f"number > 0, not {factor!r}")
     if factor != 1 and op != "average":

@@ -12,7 +12,7 @@ of them (or your own) in one line::
 """
 import numpy as np
 
-from ..core.errors import ScheduleError
+from ..core.errors import ArgumentTypeError, ScheduleError
 from .core import EagerAverager
 from .front import AveragerFront
 
@@ -25,7 +25,9 @@ class SGD:
                  nesterov=False):
         self.params = _check_params(params)
         if lr <= 0 or momentum < 0 or weight_decay < 0:
-            raise ScheduleError("lr must be > 0; momentum, weight_decay >= 0")
+            raise ScheduleError(f"lr must be > 0; momentum, weight_decay "
+                                f">= 0; got lr={lr!r}, momentum={momentum!r}"
+                                f", weight_decay={weight_decay!r}")
         self.lr, self.momentum = float(lr), float(momentum)
         self.weight_decay, self.nesterov = float(weight_decay), bool(nesterov)
         self._v = [None] * len(self.params)
@@ -97,8 +99,10 @@ class EagerOptimizer(AveragerFront):
     def __init__(self, optimizer, mode="solo", sync_every=None, comm=None,
                  bucket_bytes=None, seed=0, names=None, *, compression=None):
         if not hasattr(optimizer, "step") or not hasattr(optimizer, "params"):
-            raise ScheduleError("optimizer must have a 'params' list and a "
-                                "'step(grads)' method")
+            raise ArgumentTypeError(f"optimizer must have a 'params' list "
+                                    f"and a 'step(grads)' method (like "
+                                    f"partialcoll.eager.SGD), not "
+                                    f"{type(optimizer).__name__}")
         self.optimizer = optimizer
         self.params = list(optimizer.params)
         self.averager = EagerAverager(self.params, mode, sync_every, comm,
@@ -125,7 +129,11 @@ class EagerOptimizer(AveragerFront):
 def _check_params(params):
     params = list(params)
     for i, p in enumerate(params):
-        if not isinstance(p, np.ndarray) or p.dtype.kind != "f":
+        if not isinstance(p, np.ndarray):
+            raise ArgumentTypeError(f"params[{i}] must be a floating-point "
+                                    f"NumPy array updated in place, not "
+                                    f"{type(p).__name__}")
+        if p.dtype.kind != "f":
             raise ScheduleError(f"params[{i}] must be a floating-point NumPy "
-                                f"array updated in place")
+                                f"array updated in place, not {p.dtype}")
     return params

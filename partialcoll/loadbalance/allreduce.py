@@ -59,7 +59,7 @@ import numbers
 import numpy as np
 
 from ..core import control, libcomm
-from ..core.errors import ScheduleError
+from ..core.errors import ArgumentTypeError, ScheduleError
 from ..core.checks import check_comm
 from ..core.engine import now
 from ..core.schedule import Schedule
@@ -141,8 +141,10 @@ class LoadBalancedAllreduce:
                                 "size_probe >= 1, min_probe an int >= 1, "
                                 "'auto' or None, 0 < threshold < 1, "
                                 "window >= 1, jump > 1")
-        if not isinstance(lead, numbers.Real) or isinstance(lead, bool) or \
-                not 0 <= lead <= 60:
+        if not isinstance(lead, numbers.Real) or isinstance(lead, bool):
+            raise ArgumentTypeError(f"lead must be a number of seconds in "
+                                    f"[0, 60], got {lead!r}")
+        if not 0 <= lead <= 60:
             raise ScheduleError(f"lead must be a number of seconds in "
                                 f"[0, 60], got {lead!r}")
         if scheme == "oracle":
@@ -191,11 +193,17 @@ class LoadBalancedAllreduce:
         ranks, in place.  Returns this call's plan (dict)."""
         if self._closed:
             raise ScheduleError("this LoadBalancedAllreduce is closed")
-        if not isinstance(x, np.ndarray) or not x.flags.c_contiguous or \
-                not x.flags.writeable or x.size != self.n or \
-                x.dtype != self.dtype:
+        if not isinstance(x, np.ndarray):
+            raise ArgumentTypeError(f"needs a writable C-contiguous "
+                                    f"{self.dtype}[{self.n}] NumPy array, "
+                                    f"not {type(x).__name__}")
+        if not x.flags.c_contiguous or not x.flags.writeable or \
+                x.size != self.n or x.dtype != self.dtype:
             raise ScheduleError(f"needs a writable C-contiguous "
-                                f"{self.dtype}[{self.n}] NumPy array")
+                                f"{self.dtype}[{self.n}] NumPy array, got "
+                                f"{x.dtype}[{x.size}] (writable: "
+                                f"{x.flags.writeable}, C-contiguous: "
+                                f"{x.flags.c_contiguous})")
         self._lc.before_collective()
         if self.size == 1 or self.n == 0:
             self.calls += 1

@@ -50,7 +50,7 @@ import logging
 import numpy as np
 
 from ..core import control, libcomm
-from ..core.errors import ScheduleError
+from ..core.errors import ArgumentTypeError, ScheduleError
 from ..core.checks import check_comm, check_int
 from ..core.ops import OPS
 from ..core.schedule import Schedule
@@ -110,9 +110,17 @@ class RPSAverage:
         if like.dtype.kind != "f":
             raise ScheduleError(f"RPSAverage averages float arrays, not "
                                 f"{like.dtype}")
-        if timeout is not None and not float(timeout) > 0:
-            raise ScheduleError(f"timeout must be None or a number of "
-                                f"seconds > 0 (inf: none), got {timeout!r}")
+        if timeout is not None:
+            try:
+                positive = float(timeout) > 0
+            except (TypeError, ValueError):
+                raise ArgumentTypeError(f"timeout must be None or a number "
+                                        f"of seconds > 0 (inf: none), got "
+                                        f"{timeout!r}") from None
+            if not positive:
+                raise ScheduleError(f"timeout must be None or a number of "
+                                    f"seconds > 0 (inf: none), got "
+                                    f"{timeout!r}")
         seed = check_int(seed, "seed", 0)
         traffic_class = check_int(traffic_class, "traffic_class", 0, 15)
         comm = check_comm(comm)
@@ -276,8 +284,13 @@ class RPSAverage:
 
 
 def _flat(x, n, dtype):
-    if not isinstance(x, np.ndarray) or not x.flags.c_contiguous:
-        raise ScheduleError("RPSAverage needs a C-contiguous NumPy array")
+    if not isinstance(x, np.ndarray):
+        raise ArgumentTypeError(f"RPSAverage needs a C-contiguous NumPy "
+                                f"array, not {type(x).__name__}")
+    if not x.flags.c_contiguous:
+        raise ScheduleError("RPSAverage needs a C-contiguous NumPy array, "
+                            "got a non-contiguous one (it averages in "
+                            "place: pass a contiguous array)")
     if x.size != n or x.dtype != dtype:
         raise ScheduleError(f"got {x.dtype}[{x.size}], this RPSAverage "
                             f"takes {dtype}[{n}]")

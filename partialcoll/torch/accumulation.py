@@ -6,7 +6,7 @@ import weakref
 
 import torch
 
-from ..core.errors import ScheduleError
+from ..core.errors import ArgumentTypeError, ScheduleError
 
 
 class LocalSum:
@@ -34,8 +34,10 @@ class LocalSum:
     def check(passes):
         """``backward_passes_per_step`` if valid (an int >= 1, and torch
         >= 2.1 above 1), else a ScheduleError."""
-        if isinstance(passes, bool) or not isinstance(passes, int) \
-                or passes < 1:
+        if isinstance(passes, bool) or not isinstance(passes, int):
+            raise ArgumentTypeError(f"backward_passes_per_step must be an "
+                                    f"int >= 1, not {passes!r}")
+        if passes < 1:
             raise ScheduleError(f"backward_passes_per_step must be an int "
                                 f">= 1, not {passes!r}")
         if passes > 1 and not hasattr(torch.Tensor,

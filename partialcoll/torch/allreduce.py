@@ -6,16 +6,16 @@ import torch as _torch
 from ..collectives.allreduce import allreduce as _allreduce
 from ..collectives.allreduce import iallreduce as _iallreduce
 from ..core.checks import check_comm
-from ..core.errors import ScheduleError
+from ..core.errors import ArgumentTypeError
 
 
 def _prepared(tensor, op, average, comm, what):
     """(tensor as partialcoll reads it, op, comm) for Horovod's arguments."""
     if not isinstance(tensor, _torch.Tensor):
-        raise ScheduleError(f"{what} takes a torch tensor, not "
-                            f"{type(tensor).__name__}: use "
-                            f"partialcoll.allreduce for NumPy arrays and "
-                            f"other buffers")
+        raise ArgumentTypeError(f"{what} takes a torch tensor, not "
+                                f"{type(tensor).__name__}: use "
+                                f"partialcoll.allreduce for NumPy arrays "
+                                f"and other buffers")
     comm = check_comm(comm)
     if average is not None:
         op = "average" if average else "sum"
@@ -41,8 +41,8 @@ def allreduce(tensor, op="average", average=None, comm=None,
             A non-contiguous tensor is copied first, and so is a lazily
             conjugated or negated view (``z.conj().imag``); one that
             requires grad is read through ``detach()`` (the result is not
-            differentiable).  Other types raise ScheduleError (NumPy arrays:
-            :func:`partialcoll.allreduce`).
+            differentiable).  Other types raise ArgumentTypeError, a
+            ``TypeError`` (NumPy arrays: :func:`partialcoll.allreduce`).
         op: ``"average"`` (default, :data:`Average`) or ``"sum"``
             (:data:`Sum`), :data:`Min`, :data:`Max`, :data:`Product`, any
             partialcoll reduction (``partialcoll.MAX``, ``MPI.MIN``, ...)
@@ -107,8 +107,8 @@ def grouped_allreduce(tensors, op="average", average=None, comm=None,
     sent."""
     if isinstance(tensors, _torch.Tensor) or \
             not isinstance(tensors, (list, tuple)):
-        raise ScheduleError(f"grouped_allreduce takes a list of tensors, "
-                            f"not {type(tensors).__name__}")
+        raise ArgumentTypeError(f"grouped_allreduce takes a list of "
+                                f"tensors, not {type(tensors).__name__}")
     for t in tensors:
         _prepared(t, op, average, comm, "pct.grouped_allreduce")
     handles = [allreduce_async(t, op, average, comm, compression)
@@ -122,6 +122,7 @@ def _as_avg(op):
 
 def _handle(handle):
     if not (hasattr(handle, "wait") and hasattr(handle, "test")):
-        raise ScheduleError(f"not a handle from allreduce_async: "
-                            f"{type(handle).__name__}")
+        raise ArgumentTypeError(f"not a handle from allreduce_async: "
+                                f"{type(handle).__name__} (pass what "
+                                f"allreduce_async returned)")
     return handle

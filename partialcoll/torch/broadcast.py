@@ -24,7 +24,7 @@ import collections
 
 import torch
 
-from ..core.errors import ScheduleError
+from ..core.errors import ArgumentTypeError, ScheduleError
 from ..collectives.broadcast import (agree, broadcast_pickled, control_comm,
                                      root_argument)
 
@@ -69,17 +69,19 @@ def named_tensors(params):
     if isinstance(params, torch.nn.Module):
         params = params.state_dict()
     if isinstance(params, torch.Tensor):
-        raise ScheduleError("params is one tensor: pass a list of tensors, "
-                            "a state_dict() or named_parameters()")
+        raise ArgumentTypeError("params is one tensor: pass a list of "
+                                "tensors, a state_dict() or "
+                                "named_parameters()")
     if isinstance(params, dict):
         items = sorted(params.items(), key=lambda kv: str(kv[0]))
     else:
         try:
             listed = list(params)
         except TypeError:
-            raise ScheduleError(f"params must be a state_dict(), "
-                                f"named_parameters() or a list of tensors, "
-                                f"not {type(params).__name__}") from None
+            raise ArgumentTypeError(f"params must be a state_dict(), "
+                                    f"named_parameters() or a list of "
+                                    f"tensors, not "
+                                    f"{type(params).__name__}") from None
         pairs = [isinstance(x, tuple) and len(x) == 2 for x in listed]
         if listed and all(pairs):
             items = sorted(listed, key=lambda kv: str(kv[0]))
@@ -94,9 +96,9 @@ def named_tensors(params):
         raise ScheduleError(f"params repeats names: {dup[:4]}")
     for name, t in items:
         if not isinstance(t, torch.Tensor):
-            raise ScheduleError(f"{name} is {type(t).__name__}, not a "
-                                f"tensor (broadcast_object carries other "
-                                f"values)")
+            raise ArgumentTypeError(f"{name} is {type(t).__name__}, not a "
+                                    f"tensor (broadcast_object carries "
+                                    f"other values)")
         if t.layout != torch.strided:
             raise ScheduleError(f"{name} is a {t.layout} tensor: only dense "
                                 f"tensors are broadcast")
@@ -218,10 +220,10 @@ def _layout(optimizer):
     parameter group, each parameter's shape and dtype."""
     for attr in ("state_dict", "load_state_dict", "param_groups"):
         if not hasattr(optimizer, attr):
-            raise ScheduleError(f"broadcast_optimizer_state takes a "
-                                f"torch.optim.Optimizer (or an "
-                                f"EagerOptimizer), not "
-                                f"{type(optimizer).__name__}")
+            raise ArgumentTypeError(f"broadcast_optimizer_state takes a "
+                                    f"torch.optim.Optimizer (or an "
+                                    f"EagerOptimizer), not "
+                                    f"{type(optimizer).__name__}")
     inner = getattr(optimizer, "optimizer", optimizer)
     return {"class": type(inner).__name__,
             "groups": [[(tuple(p.shape), str(p.dtype)) for p in g["params"]]

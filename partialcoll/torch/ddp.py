@@ -6,7 +6,7 @@ import logging
 import torch
 
 from ..core import logs
-from ..core.errors import ScheduleError
+from ..core.errors import ArgumentTypeError, ScheduleError
 from ..eager.agreement import refuse_setup
 from ..eager.core import SYNC_MODES, EagerAverager
 from .params import backward_order, host_view, np_dtype, set_grads
@@ -66,11 +66,12 @@ class EagerHook:
         try:
             module = getattr(model, "module", model)
             if not isinstance(module, torch.nn.Module):
-                raise ScheduleError("EagerHook takes the DDP model (or its "
-                                    "module)")
+                raise ArgumentTypeError(f"EagerHook takes the DDP model "
+                                        f"(or its module), not "
+                                        f"{type(model).__name__}")
             if not isinstance(overlap, bool):
-                raise ScheduleError(f"overlap must be True or False, not "
-                                    f"{overlap!r}")
+                raise ArgumentTypeError(f"overlap must be True or False, "
+                                        f"not {overlap!r}")
             given = [(n, p) for n, p in module.named_parameters()
                      if p.requires_grad]
             self._named = sorted(given, key=lambda item: item[0])

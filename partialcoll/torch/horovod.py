@@ -17,7 +17,7 @@ import socket
 from mpi4py import MPI
 
 from ..core.checks import check_comm, require_thread_multiple
-from ..core.errors import ScheduleError
+from ..core.errors import ArgumentTypeError, ScheduleError
 from .optimizer import EagerOptimizer
 
 _local = None           # the shared-memory communicator of this host
@@ -123,11 +123,15 @@ def init_process_group(backend="gloo", comm=None, timeout=None):
     import torch.distributed as dist
     comm = check_comm(comm)
     if not isinstance(backend, str):
-        raise ScheduleError(f"backend must be a name such as 'gloo', not "
-                            f"{type(backend).__name__}")
+        raise ArgumentTypeError(f"backend must be a name such as 'gloo', "
+                                f"not {type(backend).__name__}")
     if timeout is not None and not isinstance(timeout, datetime.timedelta):
         if isinstance(timeout, bool) or \
-                not isinstance(timeout, (int, float)) or timeout <= 0:
+                not isinstance(timeout, (int, float)):
+            raise ArgumentTypeError(f"timeout must be a positive number of "
+                                    f"seconds or a timedelta, not "
+                                    f"{timeout!r}")
+        if timeout <= 0:
             raise ScheduleError(f"timeout must be a positive number of "
                                 f"seconds or a timedelta, not {timeout!r}")
         timeout = datetime.timedelta(seconds=timeout)

@@ -30,7 +30,7 @@ from mpi4py import MPI
 
 from ..core import logs
 from ..core.checks import check_comm
-from ..core.errors import ScheduleError
+from ..core.errors import ArgumentTypeError, ScheduleError
 from ..eager.agreement import refuse_setup
 from ..eager.core import SYNC_MODES, EagerAverager
 from ..eager.front import AveragerFront
@@ -176,10 +176,12 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
                  gradient_predivide_factor=1.0, backward_passes_per_step=1,
                  overlap=None, compression=None):
         if not isinstance(optimizer, torch.optim.Optimizer):
-            raise ScheduleError(f"EagerOptimizer wraps a torch.optim.Optimizer,"
-                                f" not {type(optimizer).__name__}")
+            raise ArgumentTypeError(f"EagerOptimizer wraps a "
+                                    f"torch.optim.Optimizer, not "
+                                    f"{type(optimizer).__name__}")
         if isinstance(optimizer, EagerOptimizer):
-            raise ScheduleError("this optimizer is already an EagerOptimizer")
+            raise ArgumentTypeError("this optimizer is already an "
+                                    "EagerOptimizer: use it as it is")
         self.optimizer = optimizer
         # A bad argument on one rank must not leave the others waiting in
         # the averager's agreement: refuse_setup() joins it and raises there.
@@ -246,8 +248,8 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     def _overlap_wanted(self, overlap, mode, comm):
         """Resolve ``overlap=None/True/False`` (see the class docstring)."""
         if overlap is not None and not isinstance(overlap, bool):
-            raise ScheduleError(f"overlap must be None, True or False, not "
-                                f"{overlap!r}")
+            raise ArgumentTypeError(f"overlap must be None, True or False, "
+                                    f"not {overlap!r}")
         if overlap is False:
             return False
         why = None

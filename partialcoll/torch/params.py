@@ -5,11 +5,12 @@ hook)."""
 import collections
 import importlib.util
 import numbers
+import reprlib
 
 import numpy as np
 import torch
 
-from ..core.errors import ScheduleError
+from ..core.errors import ArgumentTypeError, ScheduleError
 
 
 NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32,
@@ -81,16 +82,17 @@ def priority_numbers(named, priorities):
     if priorities is None:
         return None
     if not isinstance(priorities, dict):
-        raise ScheduleError("priorities must be a dict {parameter name: "
-                            "number}")
+        raise ArgumentTypeError(f"priorities must be a dict {{parameter "
+                                f"name: number}}, not "
+                                f"{type(priorities).__name__}")
     unknown = sorted(set(priorities) - {n for n, _ in named})
     if unknown:
         raise ScheduleError(f"priorities name parameters the optimizer does "
                             f"not average: {unknown[:4]}")
     for n, v in priorities.items():
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            raise ScheduleError(f"priorities: the number of {n} must be an "
-                                f"int, not {v!r}")
+            raise ArgumentTypeError(f"priorities: the number of {n} must "
+                                    f"be an int, not {v!r}")
     last = max(priorities.values(), default=0) + 1
     return [int(priorities.get(n, last)) for n, _ in named]
 
@@ -109,8 +111,9 @@ def check_named(optimizer, named_parameters):
         for item in named:
             if (not isinstance(item, tuple) or len(item) != 2
                     or not isinstance(item[1], torch.Tensor)):
-                raise ScheduleError("named_parameters must be (name, tensor) "
-                                    "pairs, e.g. model.named_parameters()")
+                raise ArgumentTypeError(
+                    f"named_parameters must be (name, tensor) pairs, e.g. "
+                    f"model.named_parameters(); got {reprlib.repr(item)}")
         counts = collections.Counter(n for n, _ in named)
         dup = sorted(n for n, c in counts.items() if c > 1)
         if dup:

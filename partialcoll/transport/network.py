@@ -78,7 +78,7 @@ import os
 from mpi4py import MPI
 
 from ..core import engine, env, units
-from ..core.errors import ScheduleError
+from ..core.errors import ArgumentTypeError, ScheduleError
 from ..core.checks import check_comm
 
 _KEYS = {"out_rate", "in_rate", "latency", "drop"}
@@ -161,7 +161,9 @@ def normalise(cfg, nranks):
     """Check a parsed description (a dict, as from TOML) for ``nranks``
     ranks; returns the normalised dict every rate/probability resolved."""
     if not isinstance(cfg, dict):
-        raise ScheduleError("a network description is a dict or a TOML file")
+        raise ArgumentTypeError(f"a network description is a dict (or a TOML "
+                                f"file, for load()), not "
+                                f"{type(cfg).__name__}")
     P = nranks
     _check_keys(cfg, {"seed", "drop_mode", "tick", "default", "rank", "pair",
                       "class", "trace", "priority", "message_overhead"},
@@ -277,8 +279,8 @@ def load(source):
     if isinstance(source, dict):
         return source
     if not isinstance(source, (str, os.PathLike)):
-        raise ScheduleError(f"a network is a dict or the path of a TOML "
-                            f"file, got {type(source).__name__}")
+        raise ArgumentTypeError(f"a network is a dict or the path of a "
+                                f"TOML file, got {type(source).__name__}")
     import tomllib
     try:
         with open(source, "rb") as f:

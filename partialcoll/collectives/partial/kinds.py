@@ -3,7 +3,7 @@ activation, see :mod:`.schedule`): solo (any caller), majority (the rank
 drawn for the round) and quorum (k callers' arrivals at rank 0)."""
 import numbers
 
-from ...core.errors import ScheduleError
+from ...core.errors import ArgumentTypeError, ScheduleError
 from . import schedule
 from .rounds import Rounds
 
@@ -52,7 +52,11 @@ class QuorumRounds(Rounds):
 
     def check_quorum(self, quorum):
         if not isinstance(quorum, numbers.Integral) or \
-                isinstance(quorum, bool) or not 1 <= quorum <= self.size:
+                isinstance(quorum, bool):
+            raise ArgumentTypeError(f"quorum must be an int between 1 and "
+                                    f"the number of processes "
+                                    f"({self.size}), got {quorum!r}")
+        if not 1 <= quorum <= self.size:
             raise ScheduleError(f"quorum must be an int between 1 and the "
                                 f"number of processes ({self.size}), got "
                                 f"{quorum!r}")
