@@ -102,7 +102,7 @@ def test_a_bad_option_is_said_once_whatever_the_ranks():
     rc, out, err, _ = run_mpi(argv + ["latency", "--iters", "x"], n=3,
                               timeout=60)
     assert rc != 0
-    assert err.count("error: argument --iters") == 1, err
+    assert err.count("error: argument -i/--iters") == 1, err
 
 
 def test_version_names_the_library_and_its_mpi():
