@@ -104,7 +104,7 @@ linkops = Extension(
     extra_compile_args=["-O2", "-std=c11", "-Wall", "-ffp-contract=off"],
 )
 
-install_requires = ["mpi4py>=4.0", "numpy>=1.23"]
+install_requires = ["mpi4py>=4.0", "numpy>=1.23", "jsonschema>=4"]
 if not os.environ.get("MPICC"):
     install_requires.append("mpich; sys_platform == 'linux'")
 

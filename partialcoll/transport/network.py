@@ -78,10 +78,10 @@ import os
 from mpi4py import MPI
 
 from ..core import engine, env, units
+from . import network_schema
 from ..core.errors import ArgumentTypeError, ScheduleError
 from ..core.checks import check_comm
 
-_KEYS = {"out_rate", "in_rate", "latency", "drop"}
 _state = {"config": None, "generation": 0}
 
 
@@ -102,20 +102,6 @@ def _bytes(value, what="[priority] low_buffer"):
     return float(units.size(value, what))
 
 
-def _probability(value, what):
-    if not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ScheduleError(f"{what} must be a probability in [0, 1], got "
-                            f"{value!r}")
-    return float(value)
-
-
-def _check_keys(table, allowed, where):
-    unknown = set(table) - set(allowed)
-    if unknown:
-        raise ScheduleError(f"{where}: unknown key(s) {sorted(unknown)}; "
-                            f"allowed: {sorted(allowed)}")
-
-
 def _rank(value, P, where):
     if not isinstance(value, int) or not 0 <= value < P:
         raise ScheduleError(f"{where}: rank {value!r} is not in 0..{P - 1}")
@@ -126,26 +112,15 @@ def _traces(cfg, P):
     out = []
     for k, t in enumerate(cfg.get("trace", [])):
         where = f"[[trace]] #{k + 1}"
-        _check_keys(t, {"ranks", "nic", "every", "rates", "factors",
-                        "probabilities"}, where)
         ranks = t.get("ranks", "all")
         ranks = list(range(P)) if ranks == "all" else \
             [_rank(r, P, where) for r in ranks]
-        nic = {"out": 0, "in": 1, "both": 2}.get(t.get("nic", "both"))
-        if nic is None:
-            raise ScheduleError(f"{where}: nic must be 'out', 'in' or 'both'")
-        if ("rates" in t) == ("factors" in t):
-            raise ScheduleError(f"{where}: give either rates or factors")
+        nic = {"out": 0, "in": 1, "both": 2}[t.get("nic", "both")]
         factors = "factors" in t
         values = [float(v) if factors else rate(v, where)
                   for v in (t["factors"] if factors else t["rates"])]
-        if factors and any(not v >= 0 for v in values):
-            raise ScheduleError(f"{where}: factors must be >= 0")
         probs = t.get("probabilities", [1 / len(values)] * len(values))
-        if len(probs) != len(values) or \
-                any(not isinstance(p, (int, float)) or not p >= 0
-                    for p in probs) \
-                or not abs(sum(probs) - 1) <= 1e-6:
+        if len(probs) != len(values) or not abs(sum(probs) - 1) <= 1e-6:
             raise ScheduleError(f"{where}: probabilities must be one per "
                                 "value, >= 0, summing to 1")
         out.append(dict(ranks=ranks, nic=nic,
@@ -164,22 +139,14 @@ def normalise(cfg, nranks):
         raise ArgumentTypeError(f"a network description is a dict (or a TOML "
                                 f"file, for load()), not "
                                 f"{type(cfg).__name__}")
+    network_schema.check(cfg)          # its shape; values and ranks below
     P = nranks
-    _check_keys(cfg, {"seed", "drop_mode", "tick", "default", "rank", "pair",
-                      "class", "trace", "priority", "message_overhead"},
-                "network")
     default = cfg.get("default", {})
-    _check_keys(default, _KEYS, "[default]")
     mode = cfg.get("drop_mode", "told")
-    if mode not in ("told", "silent"):
-        raise ScheduleError("drop_mode must be 'told' or 'silent'")
     seed = cfg.get("seed", 0)
-    if not isinstance(seed, int) or seed < 0:
-        raise ScheduleError("seed must be an int >= 0")
     nic = []
     for r in range(P):
         t = cfg.get("rank", {}).get(str(r), {})
-        _check_keys(t, {"out_rate", "in_rate"}, f"[rank.{r}]")
         nic.append(tuple(rate(t.get(k, default.get(k, "unlimited")),
                               f"[rank.{r}] {k}")
                          for k in ("out_rate", "in_rate")))
@@ -190,43 +157,30 @@ def normalise(cfg, nranks):
     for key, t in cfg.get("class", {}).items():
         if not key.isdigit() or int(key) >= 16 or str(int(key)) != key:
             raise ScheduleError(f"[class.{key}]: classes are 0..15")
-        _check_keys(t, {"drop", "priority"}, f"[class.{key}]")
         if "drop" in t:
-            classes[int(key)] = _probability(t["drop"], f"[class.{key}] drop")
-        level = {"high": 0, "low": 1}.get(t.get("priority", "high"))
-        if level is None:
-            raise ScheduleError(f"[class.{key}] priority must be 'high' or "
-                                "'low'")
-        levels[int(key)] = level
+            classes[int(key)] = float(t["drop"])
+        levels[int(key)] = {"high": 0, "low": 1}[t.get("priority", "high")]
     prio = cfg.get("priority", {})
-    _check_keys(prio, {"weight", "low_buffer"}, "[priority]")
     weight = prio.get("weight", 1)
     weight = 1e6 if weight == "strict" else weight
-    if not isinstance(weight, (int, float)) or not weight >= 1:
-        raise ScheduleError("[priority] weight must be a number >= 1 or "
-                            "'strict'")
     buffer = prio.get("low_buffer", "unlimited")
     buffer = math.inf if buffer == "unlimited" else _bytes(buffer)
     pairs = []
     for k, t in enumerate(cfg.get("pair", [])):
         where = f"[[pair]] #{k + 1}"
-        _check_keys(t, {"src", "dst", "latency", "drop", "class"}, where)
         s, d = _rank(t.get("src"), P, where), _rank(t.get("dst"), P, where)
-        cls = t.get("class", -2)
-        if cls != -2 and (not isinstance(cls, int) or not 0 <= cls < 16):
-            raise ScheduleError(f"{where}: class must be in 0..15")
-        pairs.append(dict(src=s, dst=d, tclass=cls,
+        pairs.append(dict(src=s, dst=d, tclass=t.get("class", -2),
                           latency=None if "latency" not in t else
                           seconds(t["latency"], f"{where} latency"),
                           drop=None if "drop" not in t else
-                          _probability(t["drop"], f"{where} drop")))
+                          float(t["drop"])))
     return dict(ranks=P, seed=seed, drop_mode=mode, levels=levels,
                 weight=float(weight), low_buffer=buffer,
                 tick=seconds(cfg.get("tick", 0.001), "tick"), nic=nic,
                 overhead=seconds(cfg.get("message_overhead", 0),
                                  "message_overhead"),
                 latency=seconds(default.get("latency", 0), "[default] latency"),
-                drop=_probability(default.get("drop", 0), "[default] drop"),
+                drop=float(default.get("drop", 0)),
                 classes=classes, pairs=pairs, traces=_traces(cfg, P))
 
 
