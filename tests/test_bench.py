@@ -42,6 +42,26 @@ def test_latency_benchmark_runs_and_counts(rank_tmp):
         assert quorum["nap"] != quorum["nap"] or quorum["nap"] >= k  # NaN ok
 
 
+def test_latency_skew_sweep(rank_tmp):
+    """--sweep-steps: every implementation at each step, in one run; each
+    step's speed-up is over that step's MPI_Allreduce; the plot is
+    written."""
+    png = rank_tmp / "sweep.png"
+    rows = latency.run(args_for(latency, [
+        "--iters", "3", "--warmup", "1", "--sweep-steps", "0,0.2",
+        "--impls", "MPI_Allreduce,solo", "--plot", str(png)]))
+    assert [(r["step_ms"], r["impl"]) for r in rows] == [
+        (0.0, "MPI_Allreduce"), (0.0, "solo"), (0.2, "MPI_Allreduce"),
+        (0.2, "solo")]
+    for base, solo in (rows[:2], rows[2:]):
+        assert base["speedup"] == 1.0
+        assert solo["speedup"] == pytest.approx(base["avg_ms"] /
+                                                solo["avg_ms"])
+    if MPI.COMM_WORLD.rank == 0:
+        pytest.importorskip("matplotlib")
+        assert png.exists()
+
+
 def test_device_benchmarks_run_on_the_emulated_device(rank_tmp):
     """--device runs the GPU code path of both benchmarks (emulated device:
     no GPU here); results are checked against MPI_Allreduce inside."""

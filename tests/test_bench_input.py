@@ -35,7 +35,7 @@ BAD = [
     "allreduce -m 8:x", "allreduce -m 64:8", "allreduce -m 0:8",
     "allreduce -f 1", "allreduce -i 0", "allreduce -x -1",
     "allreduce -d int3", "allreduce -o mean", "allreduce -b 0",
-    "allreduce -c 2",
+    "allreduce -c 2", "latency --sweep-steps 0,-1", "latency --sweep-steps x",
 ]
 
 

@@ -13,8 +13,9 @@ one's speed-up over MPI_Allreduce.
 keeps host buffers of the same size, and NCCL's allreduce
 (``cupyx.distributed``) on the device buffers joins the comparison.
 """
-import sys
+import argparse
 import random
+import sys
 import time
 
 import numpy as np
@@ -23,7 +24,8 @@ from mpi4py import MPI
 import partialcoll as pc
 
 from ._common import (Buffers, across_ranks, add_device_arg, cli, emit,
-                      progress, pyplot, real, save_plot, whole, writable)
+                      listed, progress, pyplot, real, save_plot, whole,
+                      writable)
 
 IMPLS = ("MPI_Allreduce", "allreduce", "majority", "quorum", "solo", "nccl")
 DEFAULT_IMPLS = IMPLS[:-1]
@@ -36,7 +38,15 @@ def add_args(p):
                    help="untimed calls first (default 4)")
     p.add_argument("--step-ms", type=real(0), default=1.0,
                    help="skew step in milliseconds (default 1)")
-    p.add_argument("--skew", choices=["linear", "random"], default="linear")
+    p.add_argument("--sweep-steps", type=listed(real(0)), default=None,
+                   metavar="MS,MS,...",
+                   help="run every implementation at each of these skew "
+                        "steps (e.g. 0,0.1,1,4) in one run, and plot "
+                        "latency against the step (default: --step-ms "
+                        "alone)")
+    p.add_argument("--skew", choices=["linear", "random"], default="linear",
+                   help="linear: rank r waits r x step; random: uniform in "
+                        "[0, (P-1) x step] (default linear)")
     p.add_argument("--count", type=whole(1), default=1,
                    help="float32 elements per call (default 1)")
     p.add_argument("--quorum", type=whole(1), default=None,
@@ -144,6 +154,29 @@ def run(args, comm=MPI.COMM_WORLD):
     bad = [i for i in impls if i not in IMPLS]
     if bad:
         raise SystemExit(f"unknown implementation(s) {bad}; choose from {IMPLS}")
+    sweep = args.sweep_steps is not None
+    steps = [float(t) for t in args.sweep_steps.split(",") if t.strip()] \
+        if sweep else [args.step_ms]
+    rows = []
+    for step in steps:
+        rows += _one_step(argparse.Namespace(**{**vars(args),
+                                                "step_ms": step}),
+                          impls, comm, k, bufs)
+    cols = ["impl", "avg_ms", "min_ms", "max_ms", "nap", "speedup",
+            "slowest", "late", "cpu0_ms", "cpu_ms"]
+    emit(rows, (["step_ms"] + cols) if sweep else cols, args,
+         f"partial allreduce latency: {comm.size} ranks, {args.skew} skew, "
+         f"{'steps ' + args.sweep_steps if sweep else args.step_ms} ms"
+         f"{'' if sweep else ' steps'}, {args.iters} iterations, "
+         f"{4 * args.count} bytes, {bufs.device} buffers", comm,
+         legend=_legend(bufs))
+    if args.plot and comm.rank == 0:
+        (plot_sweep if sweep else plot)(rows, args.plot, comm.size)
+    return rows
+
+
+def _one_step(args, impls, comm, k, bufs):
+    """One row per implementation at ``args.step_ms``."""
     rows, base = [], None
     for impl in impls:
         mean_lat, nap, report, cpu = run_one(impl, args, comm, k, bufs)
@@ -159,15 +192,38 @@ def run(args, comm=MPI.COMM_WORLD):
                      "speedup": (base / avg) if base else float("nan"),
                      **_lateness(report), "cpu0_ms": cpu[0],
                      "cpu_ms": cpu[1]})
-    emit(rows, ["impl", "avg_ms", "min_ms", "max_ms", "nap", "speedup",
-                "slowest", "late", "cpu0_ms", "cpu_ms"], args,
-         f"partial allreduce latency: {comm.size} ranks, {args.skew} skew, "
-         f"{args.step_ms} ms steps, {args.iters} iterations, "
-         f"{4 * args.count} bytes, {bufs.device} buffers", comm,
-         legend=_legend(bufs))
-    if args.plot and comm.rank == 0:
-        plot(rows, args.plot, comm.size)
     return rows
+
+
+def plot_sweep(rows, path, size):
+    """Latency against the skew step, one line per implementation, and
+    each one's speed-up over MPI_Allreduce: where partial collectives
+    pay."""
+    plt = pyplot()
+    if plt is None:
+        return
+    steps = sorted({r["step_ms"] for r in rows})
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for name in dict.fromkeys(r["impl"] for r in rows):
+        mine = sorted((r["step_ms"], r) for r in rows if r["impl"] == name)
+        xs = [t for t, _ in mine]
+        a1.plot(xs, [r["avg_ms"] for _, r in mine], marker="o", label=name)
+        a2.plot(xs, [r["speedup"] for _, r in mine], marker="o", label=name)
+    for ax in (a1, a2):
+        ax.set_xscale("symlog", linthresh=min([t for t in steps if t > 0],
+                                              default=0.1))
+        ax.set_xlabel("skew step (ms; rank r waits r x step)"
+                      if rows[0]["skew"] == "linear" else
+                      "skew step (ms; uniform in [0, (P-1) x step])")
+        ax.grid(True, which="both", alpha=0.3)
+    a1.set_yscale("log")
+    a1.set_ylabel("average latency per call (ms, log)")
+    a2.axhline(1, ls="--", c="grey", lw=1)
+    a2.set_ylabel("speed-up over MPI_Allreduce")
+    a1.legend(fontsize=8)
+    fig.suptitle(f"{size} ranks, {rows[0]['skew']} skew, "
+                 f"{rows[0]['iters']} iterations per point")
+    save_plot(fig, path)
 
 
 def _lateness(report):
