@@ -122,6 +122,9 @@ def test_netcal_rps_and_aware_benchmarks_run():
         assert {r["part"] for r in rows} >= {"schemes", "overhead"}
         assert {r["scheme"] for r in rows if r["part"] == "overhead"} == \
             {"average", "oracle"}
+        # the paper's fixed probes beside ours, in the same run
+        assert {r["scheme"] for r in rows if r["part"] == "schemes"} >= \
+            {"aware", "aware-paper", "aware/average", "aware-paper/average"}
 
 
 def test_aware_min_probe_argument():

@@ -23,6 +23,7 @@ BAD = [
     "mlfabric-sched --repeats 0", "mlfabric-sched --runs 0",
     "mlfabric-sched --aggregators -1", "mlfabric-sched --seed -1",
     "aware --mbytes -1", "aware --low 0", "aware --every inf",
+    "aware --schemes aware,fast", "aware --schemes aware,,oracle",
     "netcal --size -5", "netcal --size 0", "netcal --repeat 0",
     "rps --every 0", "rps --iters 0",
     "mlfabric --stragglers C9", "mlfabric --networks N7",

@@ -103,9 +103,12 @@ def listed(item):
     return parse
 
 
-def one_of(names):
-    """argparse type: a comma-separated list of keys of ``names``."""
+def one_of(names, empty=False):
+    """argparse type: a comma-separated list of keys of ``names`` (with
+    ``empty``, '' too: none of them)."""
     def parse(text):
+        if empty and text == "":
+            return text
         for t in text.split(","):
             if t not in names:
                 raise argparse.ArgumentTypeError(

@@ -33,7 +33,8 @@ from mpi4py import MPI
 import partialcoll as pc
 
 from ._common import (auto_or_count, cli, duration_text, emit, listed,
-                      progress, pyplot, real, save_plot, whole, writable)
+                      one_of, progress, pyplot, real, save_plot, whole,
+                      writable)
 
 
 def add_args(p):
@@ -67,8 +68,12 @@ def add_args(p):
                                       "300000,1000000",
                    help="slice sizes for the U-shape ('' to skip)")
     p.add_argument("--sweep-iters", type=whole(1), default=8)
-    p.add_argument("--schemes", default="average,aware,oracle",
-                   help="comma-separated ('' for the slice sweep alone)")
+    p.add_argument("--schemes", default="average,aware,aware-paper,oracle",
+                   type=one_of(SCHEMES, empty=True),
+                   help="comma-separated, of average, aware, aware-paper "
+                        "(aware with the paper's fixed probes, whatever "
+                        "--min-probe says) and oracle; '' for the slice "
+                        "sweep alone (default: all four)")
     p.add_argument("--settle", type=real(0), default=3.0,
                    help="seconds after a redraw before accuracy counts")
     p.add_argument("--overhead-iters", type=whole(0), default=12)
@@ -77,6 +82,11 @@ def add_args(p):
     p.add_argument("--json", type=writable)
     p.add_argument("--plot", type=writable, help="PNG: throughput over time, and the "
                                   "slice sweep")
+
+
+#: --schemes name -> LoadBalancedAllreduce's scheme
+SCHEMES = {"average": "average", "aware": "aware", "aware-paper": "aware",
+           "oracle": "oracle"}
 
 
 def _min_probe(text):
@@ -110,8 +120,10 @@ def run_scheme(scheme, args, comm, duration, slice_elems, accuracy=None):
     x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
     pc.network.enable(network(args))
     _, t0 = pc.network.nic_rate(0)
-    lb = pc.LoadBalancedAllreduce(x, scheme=scheme, slice_elems=slice_elems,
-                                  min_probe=args.min_probe)
+    lb = pc.LoadBalancedAllreduce(x, scheme=SCHEMES[scheme],
+                                  slice_elems=slice_elems,
+                                  min_probe=None if scheme == "aware-paper"
+                                  else args.min_probe)
     rows, stop = [], False
     while not stop:
         t = pc.now()
@@ -213,7 +225,7 @@ def run(args, comm=MPI.COMM_WORLD):
     if comm.rank == 0:
         base = {r["scheme"]: r["value"] for r in rows
                 if r["part"] == "schemes"}
-        for s in ("aware", "oracle"):
+        for s in ("aware", "aware-paper", "oracle"):
             if s in base and "average" in base:
                 rows.append({"part": "schemes", "scheme": f"{s}/average",
                              "slice": args.slice,
