@@ -91,3 +91,32 @@ def test_flushing_different_objects_is_an_error_everywhere():
         (a if RANK == 0 else b).flush()
     a.close()
     b.close()
+
+
+def test_a_long_wait_says_what_it_waits_for(monkeypatch, caplog):
+    """Majority: the first round's drawn initiator sleeps 1 s before its
+    call; every other rank's call waits for it, and after
+    PARTIALCOLL_WAIT_WARN_S (0.2 s here) logs once which rank the round
+    waits for and the likely cause, then goes on waiting and completes."""
+    if P < 2:
+        pytest.skip("needs two ranks")
+    from partialcoll.collectives.partial.kinds import designated
+    monkeypatch.setenv("PARTIALCOLL_WAIT_WARN_S", "0.2")
+    x = np.ones(4)
+    with pc.MajorityAllreduce(x, seed=11) as ar:
+        first = designated(11, 0, P)
+        if RANK == first:
+            time.sleep(1.0)
+        with caplog.at_level("WARNING", logger="partialcoll"):
+            res = ar(x)
+        assert res.round >= 0
+        said = [r.getMessage() for r in caplog.records
+                if "has waited" in r.getMessage()]
+        if RANK == first:
+            assert said == []
+        else:
+            assert len(said) == 1, said
+            assert f"rank {RANK} has waited 0.2 s for round 0, which " \
+                   f"waits for rank {first}, drawn to start it" in said[0]
+            assert "pc.flush_partials(comm)" in said[0]
+        ar.flush()

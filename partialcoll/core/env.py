@@ -41,6 +41,10 @@ SEND_CAP = "PARTIALCOLL_SEND_CAP"
 #: The level of the ``partialcoll`` logger: ``DEBUG``, ``INFO``,
 #: ``WARNING``, ``ERROR`` or a number (default: unset, logging's own).
 LOG_LEVEL = "PARTIALCOLL_LOG_LEVEL"
+#: Seconds a majority, quorum or solo call waits for its round before it
+#: logs, once per object, which rank or ranks the round waits for and the
+#: likely cause (default 10; 0: never).
+WAIT_WARN_S = "PARTIALCOLL_WAIT_WARN_S"
 #: ``1`` makes MLfabric's scheduler use its link model's Python loops even
 #: where their C versions are built (for comparing the two).
 MLFABRIC_PURE_PYTHON = "PARTIALCOLL_MLFABRIC_PURE_PYTHON"

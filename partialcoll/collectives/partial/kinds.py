@@ -38,6 +38,10 @@ class MajorityRounds(Rounds):
                       designated(self.seed, rnd, self.size) == self.rank):
             self.sched.fire(self._trigger, round=rnd)
 
+    def waits_for(self, rnd):
+        return (f"rank {designated(self.seed, rnd, self.size)}, drawn to "
+                f"start it")
+
 
 class QuorumRounds(Rounds):
     kind = "quorum"
@@ -49,6 +53,9 @@ class QuorumRounds(Rounds):
         if fresh:
             self.sched.fire(self._bypass if flushing else self._trigger,
                              round=rnd)
+
+    def waits_for(self, rnd):
+        return f"{self.quorum} ranks' calls (arrivals counted at rank 0)"
 
     def check_quorum(self, quorum):
         if not isinstance(quorum, numbers.Integral) or \

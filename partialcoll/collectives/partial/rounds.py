@@ -29,8 +29,8 @@ import secrets
 import numpy as np
 from mpi4py import MPI
 
-from ...core import arrays, control, devices, libcomm, logs
-from ...core.errors import PartialcollError, ScheduleError
+from ...core import arrays, control, devices, env, libcomm, logs
+from ...core.errors import PartialcollError, ScheduleError, WaitTimeout
 from ...core.request import Done, Request
 from . import schedule, stragglers
 from .result import PartialResult
@@ -446,6 +446,26 @@ class Rounds:
         self.lc.tags.give_back(self._tag0, self._ntags)
         self.lc.release()
 
+    #: set once this object has logged a long wait
+    warned_wait = False
+
+    def waits_for(self, rnd):
+        """What round ``rnd`` needs before it can start, in words."""
+        return "any rank's call"
+
+    def warn_waiting(self, rnd, seconds):
+        """Log, once per object, that a call has waited ``seconds`` for
+        round ``rnd``, what the round waits for, and the likely cause."""
+        self.warned_wait = True
+        log.warning(
+            "%s: rank %d has waited %g s for round %d, which waits for %s. "
+            "If a rank it needs has entered another collective (an mpi4py "
+            "collective, comm.Barrier(), another library's) without "
+            "pc.flush_partials(comm) first, this wait cannot end: flush "
+            "the partial collectives before other collectives (the docs' "
+            "lifecycle page)", self.name, self.rank, seconds, rnd,
+            self.waits_for(rnd))
+
     def check_open(self):
         """Raise ScheduleError if the object is closed."""
         if self.closed:
@@ -464,9 +484,21 @@ class RoundsRequest(Request):
             self._rounds.sched.test(round=self._round)
 
     def wait(self, timeout=None):
-        """Wait for the round and return the :class:`PartialResult`."""
+        """Wait for the round and return the :class:`PartialResult`.  A
+        wait with no timeout that lasts ``PARTIALCOLL_WAIT_WARN_S`` seconds
+        (10) logs, once per object, what the round waits for."""
         if self._res is None:
-            self._rounds.sched.wait(round=self._round, timeout=timeout)
+            sched, rnd = self._rounds.sched, self._round
+            patience = env.get(env.WAIT_WARN_S, 10.0, float)
+            if timeout is None and patience > 0 and \
+                    not self._rounds.warned_wait:
+                try:
+                    sched.wait(round=rnd, timeout=patience)
+                except WaitTimeout:
+                    self._rounds.warn_waiting(rnd, patience)
+                    sched.wait(round=rnd)
+            else:
+                sched.wait(round=rnd, timeout=timeout)
             self._res = self._rounds.take(self._seq)
         return self._res
 
