@@ -166,3 +166,18 @@ def test_an_uncaught_exception_on_one_rank_ends_the_job(mpi_script):
 def test_abort_on_error_refuses_a_bad_code():
     with pytest.raises(partialcoll.ScheduleError, match="1..255"):
         partialcoll.abort_on_error(0)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_help_shows_every_default(name):
+    """Every option with a default says it in --help (as
+    ArgumentDefaultsHelpFormatter would; the text's own wording where it
+    has one)."""
+    parser = build_parser()
+    sub = parser._subparsers._group_actions[0].choices[name]
+    formatter = sub._get_formatter()
+    missing = [a.option_strings[0] for a in sub._actions
+               if a.option_strings and a.default not in (None, False)
+               and a.default != argparse.SUPPRESS
+               and "default" not in formatter._get_help_string(a)]
+    assert not missing, f"{name}: no default shown for {missing}"

@@ -6,13 +6,12 @@ command with a line about it and ``partialcoll-bench COMMAND --help`` shows
 that benchmark's options (each module's ``add_args``) and its description
 (the module docstring).
 """
-import argparse
 import importlib
 import logging
 import sys
 
 from ..core.failfast import abort_on_error
-from ._common import Parser, plain, versions_line
+from ._common import HelpFormatter, Parser, plain, versions_line
 from . import (allreduce, aware, hyperplane, latency, lstm, mlfabric, mlfabric_retarget,
                mlfabric_sched, netcal, overhead, overlap, rps, sweep, tictac,
                tictac_allreduce)
@@ -98,7 +97,7 @@ def build_parser():
     for name, (module, summary) in COMMANDS.items():
         sub = commands.add_parser(
             name, help=summary, description=plain(module.__doc__),
-            formatter_class=argparse.RawDescriptionHelpFormatter)
+            formatter_class=HelpFormatter)
         module.add_args(sub)
         sub.set_defaults(run=module.run)
     return parser

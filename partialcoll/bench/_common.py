@@ -279,6 +279,20 @@ class Parser(argparse.ArgumentParser):
             super()._print_message(message, file)
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The descriptions as written, and every option's default in its
+    help line (where the help text does not already give it)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.option_strings and "default" not in text and \
+                action.default not in (None, False, argparse.SUPPRESS) and \
+                not isinstance(action, (argparse._HelpAction,
+                                        argparse._VersionAction)):
+            text += " (default: %(default)s)"
+        return text
+
+
 _ROLE = re.compile(r":[a-z]+:`~?([^`<]*?)(?: <[^>]*>)?`")
 
 
@@ -296,7 +310,7 @@ def cli(module, name, argv=None):
     """The command line of one benchmark module (its add_args and run)."""
     p = Parser(prog=f"partialcoll-bench {name}",
                description=plain(module.__doc__),
-               formatter_class=argparse.RawDescriptionHelpFormatter)
+               formatter_class=HelpFormatter)
     module.add_args(p)
     return module.run(p.parse_args(argv))
 
