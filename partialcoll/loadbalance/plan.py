@@ -124,6 +124,7 @@ weigh on exactly the node that sets the call's time.
 import math
 
 import numpy as np
+from ..core.errors import ScheduleError
 
 
 def node_times(M, shares, S):
@@ -148,7 +149,7 @@ def distribute(M, S, threshold=0.01, max_moves=100000):
     load again later."""
     N = len(S)
     if any(not s > 0 for s in S):
-        raise ValueError(f"throughputs must be > 0, got {S}")
+        raise ScheduleError(f"throughputs must be > 0, got {S}")
     m = equal_shares(M, N)
     if N <= 2:
         return m, 0

@@ -29,6 +29,7 @@ import logging
 import time
 
 from .planner import COMPUTE, RECV, Graph
+from ..core.errors import ScheduleError
 
 log = logging.getLogger("partialcoll.tictac")
 
@@ -45,7 +46,7 @@ def model(name, batch=8, image=None):
     image side for the convolutional ones (smaller is faster to time)."""
     import torch
     if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; known: {sorted(MODELS)}")
+        raise ScheduleError(f"unknown model {name!r}; known: {sorted(MODELS)}")
     shape = (batch,) + MODELS[name][1:]
     if image is not None and len(shape) == 4:
         shape = shape[:2] + (image, image)
@@ -178,7 +179,7 @@ def trace(module, example, group="module", repeats=5, stream=True,
     """
     import torch.fx
     if group not in ("module", "tensor"):
-        raise ValueError("group must be 'module' or 'tensor'")
+        raise ScheduleError("group must be 'module' or 'tensor'")
     gm = torch.fx.symbolic_trace(module)
     times = _time_nodes(gm, example, repeats)
     g, op_of, recv_of = Graph(), {}, {}
@@ -263,7 +264,7 @@ def scale_compute(graph, total):
     seconds (same shape: only the unit of time changes)."""
     c = graph.compute_time
     if c <= 0:
-        raise ValueError("the graph has no compute time to scale")
+        raise ScheduleError("the graph has no compute time to scale")
     f = total / c
     return graph.with_times(compute_time=lambda op: op.time * f)
 
@@ -288,5 +289,5 @@ def parameter_priorities(module, example, method="tic", repeats=1,
     elif method == "first_use":
         numbers = planner.first_use(g)
     else:
-        raise ValueError("method must be 'tic', 'tac' or 'first_use'")
+        raise ScheduleError("method must be 'tic', 'tac' or 'first_use'")
     return {r.info["params"][0]: numbers[r.name] for r in g.recvs}

@@ -53,6 +53,7 @@ import heapq
 import math
 import numbers
 import random
+from ..core.errors import ArgumentTypeError, ScheduleError
 
 
 RECV, COMPUTE = "recv", "compute"
@@ -98,9 +99,9 @@ class Graph:
 
     def _add(self, name, kind, time, deps, nbytes=0, info=None):
         if name in self._names:
-            raise ValueError(f"op name {name!r} is used twice")
+            raise ScheduleError(f"op name {name!r} is used twice")
         if not time >= 0:
-            raise ValueError(f"op {name!r}: time must be >= 0, got {time!r}")
+            raise ScheduleError(f"op {name!r}: time must be >= 0, got {time!r}")
         deps = [self.index(d) for d in deps]
         op = Op(len(self.ops), name, kind, time, dict.fromkeys(deps), nbytes,
                 info)
@@ -116,7 +117,7 @@ class Graph:
         """Add a compute op after ``deps`` (a list of indices or names of
         earlier ops); returns its index."""
         if isinstance(deps, (str, bytes)) or not hasattr(deps, "__iter__"):
-            raise TypeError(f"op {name!r}: deps must be a list of op "
+            raise ArgumentTypeError(f"op {name!r}: deps must be a list of op "
                             f"indices or names, got {deps!r}")
         return self._add(name, COMPUTE, time, deps, 0, info)
 
@@ -126,12 +127,12 @@ class Graph:
             try:
                 return self._names[ref]
             except KeyError:
-                raise ValueError(f"no op named {ref!r}") from None
+                raise ScheduleError(f"no op named {ref!r}") from None
         if isinstance(ref, bool) or not isinstance(ref, numbers.Integral):
-            raise TypeError(f"an op is named by its name or int index, got "
+            raise ArgumentTypeError(f"an op is named by its name or int index, got "
                             f"{ref!r}")
         if not 0 <= int(ref) < len(self.ops):
-            raise ValueError(f"op {ref!r} is not in the graph (ops may only "
+            raise ScheduleError(f"op {ref!r} is not in the graph (ops may only "
                              "depend on earlier ops)")
         return int(ref)
 
@@ -322,7 +323,7 @@ def enforcement(priorities, tie_break="index", seed=0):
     elif tie_break == "index":
         key = {n: k for k, n in enumerate(names)}
     else:
-        raise ValueError("tie_break must be 'index' or 'random'")
+        raise ScheduleError("tie_break must be 'index' or 'random'")
     ordered = sorted(names, key=lambda n: (priorities[n], key[n]))
     return {n: k for k, n in enumerate(ordered)}
 
@@ -352,25 +353,25 @@ def _order_ops(graph, order):
     try:
         items = list(order.items())
     except AttributeError:
-        raise TypeError(f"order must be a dict {{receive name: number}}, "
+        raise ArgumentTypeError(f"order must be a dict {{receive name: number}}, "
                         f"got {type(order).__name__}") from None
     ops, seen = [], set()
     for ref, number in items:
         op = graph.ops[graph.index(ref)]
         if op.kind != RECV:
-            raise ValueError(f"order numbers {op.name!r}, a compute op: "
+            raise ScheduleError(f"order numbers {op.name!r}, a compute op: "
                              f"only receives are transferred")
         if op.index in seen:
-            raise ValueError(f"order numbers receive {op.name!r} twice")
+            raise ScheduleError(f"order numbers receive {op.name!r} twice")
         if isinstance(number, bool) or \
                 not isinstance(number, numbers.Real) or number != number:
-            raise ValueError(f"order's number for {op.name!r} must be a "
+            raise ScheduleError(f"order's number for {op.name!r} must be a "
                              f"real number, got {number!r}")
         seen.add(op.index)
         ops.append((number, op.index, op))
     missing = [r.name for r in graph.recvs if r.index not in seen]
     if missing:
-        raise ValueError(f"order leaves out receive(s) {missing}: number "
+        raise ScheduleError(f"order leaves out receive(s) {missing}: number "
                          f"every receive of the graph")
     return [op for _, _, op in sorted(ops, key=lambda x: x[0])]
 

@@ -62,6 +62,7 @@ from ..core.schedule import Schedule
 from ..transport import timeline as _timeline
 from . import metrics
 from .planner import COMPUTE
+from ..core.errors import ScheduleError
 
 log = logging.getLogger("partialcoll.tictac")
 
@@ -205,14 +206,14 @@ def run(comm, model, order_for, iterations, task="inference", ps=0,
     {(worker, iteration): numbers}}`` (None elsewhere).  Raises
     ``AssertionError`` if a worker did not get the right data."""
     if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}")
+        raise ScheduleError(f"task must be one of {TASKS}")
     iterations = check_int(iterations, "iterations", 1)
     rank, size = comm.Get_rank(), comm.Get_size()
     ps = check_int(ps, f"ps (a rank of the communicator of size {size})",
                    0, size - 1)
     workers = [r for r in range(size) if r != ps]
     if not workers:
-        raise ValueError("a parameter server needs at least one worker")
+        raise ScheduleError("a parameter server needs at least one worker")
     orders = _orders(comm, model, order_for, iterations, ps, workers)
     bufs = _buffers(model, rank, ps, workers, task)
     if rank == ps:
@@ -260,7 +261,7 @@ def _orders(comm, model, order_for, iterations, ps, workers):
                 f"order_for raised {type(exc).__name__}: {exc}"
     problem = comm.bcast(problem, root=ps)
     if problem is not None:
-        raise ValueError(problem)
+        raise ScheduleError(problem)
     return orders
 
 
@@ -272,7 +273,7 @@ def _numbers(order_for, w, rnd, n):
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise ValueError(f"order_for({w}, {rnd}) is not a permutation of "
+        raise ScheduleError(f"order_for({w}, {rnd}) is not a permutation of "
                          f"0..{n - 1}")
     return numbers
 

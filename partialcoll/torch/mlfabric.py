@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from ..mlfabric.runtime.optim import SGD
+from ..core.errors import ArgumentTypeError, ScheduleError
 
 
 class ParamMap:
@@ -48,10 +49,10 @@ class ParamMap:
     def __init__(self, module):
         self.params = [p for p in module.parameters()]
         if not self.params:
-            raise ValueError("the module has no parameters to train")
+            raise ScheduleError("the module has no parameters to train")
         for p in self.params:
             if not p.dtype.is_floating_point:
-                raise TypeError(f"parameter of dtype {p.dtype}: only "
+                raise ArgumentTypeError(f"parameter of dtype {p.dtype}: only "
                                 "floating-point parameters can be trained")
         self.numels = [p.numel() for p in self.params]
         self.offsets = np.concatenate([[0], np.cumsum(self.numels)])
@@ -77,7 +78,7 @@ class ParamMap:
         its own dtype and device."""
         flat = np.asarray(flat).reshape(-1)
         if flat.size != self.size:
-            raise ValueError(f"{flat.size} values for {self.size} "
+            raise ScheduleError(f"{flat.size} values for {self.size} "
                              "parameters")
         with torch.no_grad():
             for p, a, b in zip(self.params, self.offsets[:-1],
@@ -102,7 +103,7 @@ def sgd_from_torch(optimizer, module=None):
     if isinstance(optimizer, SGD):
         return optimizer, 0.0
     if not isinstance(optimizer, torch.optim.SGD):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{type(optimizer).__name__} is not supported: MLfabric's server "
             "applies w -= lr * (sum of updates), which an aggregate of "
             "several workers' updates computes exactly only for SGD with "
@@ -112,13 +113,13 @@ def sgd_from_torch(optimizer, module=None):
                              if k != "params"))
                 for g in optimizer.param_groups}
     if len(settings) != 1:
-        raise ValueError("parameter groups with different settings are not "
+        raise ScheduleError("parameter groups with different settings are not "
                          "supported: the server has one learning rate")
     g = optimizer.param_groups[0]
     for key, ok in (("nesterov", False), ("dampening", 0),
                     ("maximize", False)):
         if g.get(key, ok) != ok:
-            raise ValueError(f"torch.optim.SGD({key}={g[key]!r}) is not "
+            raise ScheduleError(f"torch.optim.SGD({key}={g[key]!r}) is not "
                              f"supported (momentum lives at the workers as "
                              f"h <- momentum * h + g)")
     if module is not None:
@@ -144,7 +145,7 @@ def _check_owns(optimizer, module):
         if missing:
             said.append(f"{len(missing)} of the module's trainable "
                         f"parameters are not in it")
-        raise ValueError(
+        raise ScheduleError(
             "the optimizer must own exactly the module's trainable "
             "parameters (requires_grad): " + " and ".join(said) +
             "; build it as torch.optim.SGD(p for p in module.parameters() "

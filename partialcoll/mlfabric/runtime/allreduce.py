@@ -41,6 +41,7 @@ from ...core.schedule import Schedule
 from .config import check_aggregators, check_real, check_seed
 from ..scheduler.dyntree import PULL, PUSH, plan_tree
 from ..scheduler.monitor import LinkMonitor
+from ...core.errors import ScheduleError
 
 #: tags of consecutive calls alternate between two ranges (belt and braces:
 #: point 4 of the design already keeps calls apart)
@@ -88,7 +89,7 @@ class DynamicTreeAllreduce:
         aggregators = check_aggregators(aggregators, "aggregators")
         if isinstance(aggregators, list) and \
                 any(not 0 <= a < size for a in aggregators):
-            raise ValueError(f"aggregators {aggregators} must be ranks of "
+            raise ScheduleError(f"aggregators {aggregators} must be ranks of "
                              f"the communicator (0..{size - 1})")
         check_real(monitor_lag, "monitor_lag (seconds)", 0)
         check_real(monitor_window, "monitor_window (seconds)", 0,
@@ -127,7 +128,7 @@ class DynamicTreeAllreduce:
         problem = problem or late
         if self.size == 1:
             if problem:
-                raise ValueError(problem)
+                raise ScheduleError(problem)
             return buf
         notes = self.ctl.gather((ready, self._arrivals, buf.size,
                                  buf.dtype.str, problem), root=self.planner)
@@ -140,7 +141,7 @@ class DynamicTreeAllreduce:
         if isinstance(plan, str):
             if plan == "empty":
                 return buf
-            raise ValueError(plan)
+            raise ScheduleError(plan)
         self.plan = plan
         s, receives = build_tree_schedule(self.data, plan, buf)
         try:

@@ -32,6 +32,7 @@ from .config import check_aggregators, check_run, check_seed
 from .roles import Roles, TrainingError
 from .training import check_same_model
 from .worker import check_gradient
+from ...core.errors import ScheduleError
 
 ALGORITHMS = ("ring", "tree", "mlfabric")
 
@@ -97,7 +98,7 @@ def train_allreduce(model, optimizer, comm=None, algorithm="ring",
         out["losses"][-1], out["scheduler"]["trees"]
     """
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}")
+        raise ScheduleError(f"algorithm must be one of {ALGORITHMS}")
     check_run(compute_time, stragglers, duration, max_iterations,
               target_loss, eval_every, monitor_lag, monitor_window,
               initial_rate, max_name="max_iterations")
@@ -133,7 +134,7 @@ def _check_worker_ranks(n_workers, root, aggregators):
                         ("aggregators", aggregators
                          if isinstance(aggregators, list) else [])):
         if any(not 0 <= r < n_workers for r in ranks):
-            raise ValueError(f"{name} {ranks} must be ranks of the "
+            raise ScheduleError(f"{name} {ranks} must be ranks of the "
                              f"{n_workers} workers' communicator "
                              f"(0..{n_workers - 1})")
 

@@ -1,6 +1,7 @@
 """The settings of one parameter-server run (checked up front)."""
 import math
 import operator
+from ...core.errors import ArgumentTypeError, ScheduleError
 
 MODES = ("mlfabric", "async", "mlfabric-s")
 DISTRIBUTIONS = ("algorithm3", "one-copy", "earliest")
@@ -51,21 +52,21 @@ class RunConfig:
                  eval_every=0.1, seed=0, distributors=0,
                  distribution="algorithm3"):
         if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+            raise ScheduleError(f"mode must be one of {MODES}, got {mode!r}")
         if mode == "mlfabric" and (tau_max is None or tau_max < 1):
-            raise ValueError("mode 'mlfabric' needs tau_max >= 1")
+            raise ScheduleError("mode 'mlfabric' needs tau_max >= 1")
         if replica and mode != "mlfabric":
-            raise ValueError("a replica needs mode 'mlfabric'")
+            raise ScheduleError("a replica needs mode 'mlfabric'")
         distributors = _count(distributors, "distributors")
         if distributors and mode == "async":
-            raise ValueError("distributors need mode 'mlfabric' or "
+            raise ScheduleError("distributors need mode 'mlfabric' or "
                              "'mlfabric-s' (a plain asynchronous PS answers "
                              "every pull itself)")
         if distribution not in DISTRIBUTIONS:
-            raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, "
+            raise ScheduleError(f"distribution must be one of {DISTRIBUTIONS}, "
                              f"got {distribution!r}")
         if distribution != "algorithm3" and not distributors:
-            raise ValueError(f"distribution {distribution!r} needs "
+            raise ScheduleError(f"distribution {distribution!r} needs "
                              f"distributors >= 1 (the relays that pass the "
                              f"copy on)")
         aggregators = check_aggregators(aggregators, "aggregators")
@@ -74,9 +75,9 @@ class RunConfig:
         if tau_max is not None:
             tau_max = _count(tau_max, "tau_max")
             if tau_max < 1:
-                raise ValueError(f"tau_max must be >= 1, got {tau_max}")
+                raise ScheduleError(f"tau_max must be >= 1, got {tau_max}")
         if not div_max >= 0:                     # (NaN fails too)
-            raise ValueError(f"div_max must be >= 0, got {div_max!r}")
+            raise ScheduleError(f"div_max must be >= 0, got {div_max!r}")
         batch_interval = check_real(batch_interval, "batch_interval", 0,
                                  open_low=True)
         r, s = check_run(compute_time, stragglers, duration, max_updates,
@@ -105,17 +106,17 @@ def check_run(compute_time, stragglers, duration, max_updates, target_loss,
     """The settings every training loop here shares, checked alike on
     every rank before any message; returns ``stragglers`` as (r, s)."""
     if duration is None and max_updates is None:
-        raise ValueError(f"give duration= (seconds) or {max_name}=")
+        raise ScheduleError(f"give duration= (seconds) or {max_name}=")
     if duration is not None and not 0 < duration < math.inf:
-        raise ValueError(f"duration must be > 0 seconds, got {duration!r}")
+        raise ScheduleError(f"duration must be > 0 seconds, got {duration!r}")
     if max_updates is not None and _count(max_updates, max_name) < 1:
-        raise ValueError(f"{max_name} must be >= 1, got {max_updates}")
+        raise ScheduleError(f"{max_name} must be >= 1, got {max_updates}")
     if target_loss is not None and math.isnan(target_loss):
-        raise ValueError("target_loss must be a number, got nan")
+        raise ScheduleError("target_loss must be a number, got nan")
     try:
         r, s = stragglers
     except (TypeError, ValueError):
-        raise ValueError(f"stragglers must be a pair (r, s), got "
+        raise ScheduleError(f"stragglers must be a pair (r, s), got "
                          f"{stragglers!r}") from None
     r = check_real(r, "stragglers r (a probability)", 0, high=1)
     s = check_real(s, "stragglers s (a slow-down factor)", 1)
@@ -143,14 +144,14 @@ def check_real(value, name, low, high=math.inf, open_low=False):
             raise TypeError
         x = float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number, got "
+        raise ArgumentTypeError(f"{name} must be a real number, got "
                         f"{value!r}") from None
     ok = math.isfinite(x) and (x > low if open_low else x >= low) and \
         x <= high
     if not ok:
         lo = f"> {low}" if open_low else f">= {low}"
         hi = "" if high == math.inf else f" and <= {high}"
-        raise ValueError(f"{name} must be finite, {lo}{hi}; got {value!r}")
+        raise ScheduleError(f"{name} must be finite, {lo}{hi}; got {value!r}")
     return x
 
 
@@ -159,7 +160,7 @@ def check_aggregators(value, name):
     if isinstance(value, (list, tuple)):
         ranks = [_count(r, name + " (ranks)") for r in value]
         if len(set(ranks)) != len(ranks):
-            raise ValueError(f"{name} repeat a rank: {list(value)}")
+            raise ScheduleError(f"{name} repeat a rank: {list(value)}")
         return ranks
     return _count(value, name)
 
@@ -171,8 +172,8 @@ def _count(value, name):
             raise TypeError
         n = operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} must be an integer >= 0, got "
+        raise ArgumentTypeError(f"{name} must be an integer >= 0, got "
                         f"{value!r}") from None
     if n < 0:
-        raise ValueError(f"{name} must be >= 0, got {n}")
+        raise ScheduleError(f"{name} must be >= 0, got {n}")
     return n

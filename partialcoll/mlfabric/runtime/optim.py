@@ -20,6 +20,7 @@ of the norms of the updates one has applied and the other not).
 import numpy as np
 
 from .config import check_real
+from ...core.errors import ScheduleError
 
 
 class SGD:
@@ -41,7 +42,7 @@ class SGD:
         lr = check_real(lr, "lr", 0, open_low=True)
         momentum = check_real(momentum, "momentum (in [0, 1))", 0, high=1)
         if momentum == 1:
-            raise ValueError("momentum must be < 1, got 1")
+            raise ScheduleError("momentum must be < 1, got 1")
         self.lr, self.momentum = lr, momentum
 
     def __repr__(self):

@@ -39,7 +39,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ...core.engine import now
-from ...core.errors import WaitTimeout
+from ...core.errors import ScheduleError, WaitTimeout
 from ...core.schedule import Schedule
 from .execute import start_times
 from .program import Op, Program, programs
@@ -72,7 +72,7 @@ class Roles:
 
     def __init__(self, size, replica):
         if size < 2 or (replica and size < 3):
-            raise ValueError(f"needs a server and a worker (and a replica): "
+            raise ScheduleError(f"needs a server and a worker (and a replica): "
                              f"P = {size} is too small")
         self.server = 0
         self.replica = size - 1 if replica else None

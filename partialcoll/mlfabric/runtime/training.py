@@ -12,6 +12,7 @@ from .optim import SGD
 from .roles import CTL, Roles, TrainingError, ctl_messages
 from .server import Replica, Server
 from .worker import Worker
+from ...core.errors import ScheduleError
 
 
 class RunResult:
@@ -111,7 +112,7 @@ def _check_listed_ranks(cfg, roles):
     for name in ("aggregators", "replica_aggregators"):
         listed = getattr(cfg, name)
         if isinstance(listed, list) and not set(listed) <= set(roles.workers):
-            raise ValueError(f"{name} {listed} must be worker ranks "
+            raise ScheduleError(f"{name} {listed} must be worker ranks "
                              f"({roles.workers})")
 
 
@@ -144,10 +145,10 @@ def check_same_model(comm, model):
     sizes = comm.allgather(mine)
     bad = {r: m for r, m in enumerate(sizes) if isinstance(m, str)}
     if bad:
-        raise ValueError(f"model.params is not an array of numbers on "
+        raise ScheduleError(f"model.params is not an array of numbers on "
                          f"rank(s) {bad}")
     if len(set(sizes)) > 1:
-        raise ValueError(f"the model has a different size on different "
+        raise ScheduleError(f"the model has a different size on different "
                          f"ranks ({dict(enumerate(sizes))} parameters): "
                          f"every rank must build the same model")
     return params

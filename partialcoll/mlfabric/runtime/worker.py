@@ -24,6 +24,7 @@ from ...core.engine import now
 from ...core.schedule import Schedule
 from .execute import build, link_report
 from .roles import CTL, PULL_TAG, Stats, ctl_messages, freed_if_done, idle
+from ...core.errors import ScheduleError
 
 
 #: a relay's forwards leave ahead of its updates' sends (priority offset)
@@ -218,10 +219,10 @@ def check_gradient(grad, n):
     try:
         g = np.asarray(grad, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"the model's gradient is not an array of numbers "
+        raise ScheduleError(f"the model's gradient is not an array of numbers "
                          f"({exc})") from None
     if g.shape != (n,):
-        raise ValueError(f"the model's gradient has shape {g.shape}; it "
+        raise ScheduleError(f"the model's gradient has shape {g.shape}; it "
                          f"must be 1-D with {n} elements (the size of "
                          f"params)")
     return g

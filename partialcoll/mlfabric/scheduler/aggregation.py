@@ -62,6 +62,7 @@ import numpy as np
 
 from . import links as _links
 from .links import INF, Transfer
+from ...core.errors import ScheduleError
 
 
 class Group:
@@ -134,9 +135,9 @@ def aggregate(order, net, dst, aggregators, start=None, floor=-INF,
     start = net.now if start is None else float(start)
     order, aggregators = list(order), list(aggregators)
     if dst in aggregators:
-        raise ValueError(f"the destination {dst} cannot be an aggregator")
+        raise ScheduleError(f"the destination {dst} cannot be an aggregator")
     if len(set(aggregators)) != len(aggregators):
-        raise ValueError(f"aggregators repeat: {aggregators}")
+        raise ScheduleError(f"aggregators repeat: {aggregators}")
     nb = (lambda g: -INF) if not not_before else \
         (lambda g: not_before.get(g.uid, -INF))
     cases = _Cases(order, net, dst, aggregators, start, floor, ordered, nb)

@@ -22,6 +22,7 @@ from .aggregation import aggregate, aggregate_sync
 from .links import INF, NetworkState
 from .ordering import delays, order_updates
 from .replication import DivergenceTracker, replicate
+from ...core.errors import ScheduleError
 
 
 class BatchPlan:
@@ -79,7 +80,7 @@ class Scheduler:
                  replica=None, replica_aggregators=1, div_max=INF,
                  gamma=0.0, interval=0.1, seed=0):
         if tau_max < 1:
-            raise ValueError(f"tau_max must be >= 1, got {tau_max!r}")
+            raise ScheduleError(f"tau_max must be >= 1, got {tau_max!r}")
         self.server, self.replica = server, replica
         self.workers = [w for w in workers if w not in (server, replica)]
         self.monitor, self.tau_max = monitor, int(tau_max)

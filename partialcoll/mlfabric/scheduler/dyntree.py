@@ -53,6 +53,7 @@ of the server per batch, passed on by the relays.
 from .aggregation import aggregate_sync
 from .links import NetworkState
 from .ordering import Update
+from ...core.errors import ScheduleError
 
 PUSH, PULL = "push", "pull"
 
@@ -221,7 +222,7 @@ def _requesters(requests, server, distributors):
     workers = [r for r in dict.fromkeys(requests) if r != server]
     relays = list(dict.fromkeys(distributors))
     if not set(relays) <= set(workers):
-        raise ValueError(f"distributors {relays} must be among the "
+        raise ScheduleError(f"distributors {relays} must be among the "
                          f"requests {workers}")
     return workers, relays
 

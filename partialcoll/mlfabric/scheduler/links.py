@@ -38,13 +38,15 @@ until the floor (its completion is the floor).
 """
 import math
 from bisect import bisect_right
+from types import ModuleType
 
 from ...core import env
+from ...core.errors import ScheduleError
 
 #: The same loops in C (the extension ``_linkops``, csrc/mlfabric/), bit
 #: for bit; None when it is not built or PARTIALCOLL_MLFABRIC_PURE_PYTHON
 #: is "1" (the Python loops below are then used).
-native = None
+native: ModuleType | None = None
 if env.get(env.MLFABRIC_PURE_PYTHON) != "1":
     try:
         from . import _linkops as native
@@ -71,7 +73,7 @@ class Timeline:
 
     def __init__(self, cap, start=0.0, times=None, used=None):
         if not cap > 0:
-            raise ValueError(f"a link's rate must be > 0, got {cap!r}")
+            raise ScheduleError(f"a link's rate must be > 0, got {cap!r}")
         self.cap = float(cap)
         self.times = [float(start)] if times is None else times
         self.used = [0.0] if used is None else used
@@ -109,7 +111,7 @@ class Timeline:
         if len(points) < 2 or points[-1] <= points[0]:
             return self
         if points[0] < self.times[0]:
-            raise ValueError("a reservation cannot start before the "
+            raise ScheduleError("a reservation cannot start before the "
                              "timeline")
         times, used, cap = self.times, self.used, self.cap
         tol = _tolerance(cap, cap)
@@ -369,7 +371,7 @@ class NetworkState:
             # earlier: the last one is held back to the floor
             end = max(end, floor)
         if end == INF:
-            raise ValueError(f"no bandwidth from {src} to {dst} after "
+            raise ScheduleError(f"no bandwidth from {src} to {dst} after "
                              f"{start:g}: cannot schedule {size:g} bytes")
         self.out[src] = a.added(points, rates)
         self.inn[dst] = b.added(points, rates)

@@ -59,6 +59,7 @@ estimates).
 import logging
 import math
 from bisect import bisect_left, bisect_right, insort
+from ...core.errors import ScheduleError
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class LinkMonitor:
     def __init__(self, default_out, default_in, lag=0.2, window=0.5,
                  slack=0.15):
         if lag < 0 or window <= 0 or not 0 <= slack < 1:
-            raise ValueError("lag must be >= 0, window > 0 and "
+            raise ScheduleError("lag must be >= 0, window > 0 and "
                              "0 <= slack < 1")
         self.lag, self.window, self.slack = float(lag), float(window), \
             float(slack)
@@ -102,7 +103,7 @@ class LinkMonitor:
     def report(self, t, node, nic, rate):
         """A direct measurement of ``node``'s ``nic`` ("out"/"in") at t."""
         if not rate > 0:
-            raise ValueError(f"a rate must be > 0, got {rate!r}")
+            raise ScheduleError(f"a rate must be > 0, got {rate!r}")
         self._pending.append((float(t), 0, ((node, _nic(nic)), float(rate))))
 
     def observe_transfer(self, t, src, dst, nbytes, seconds):
@@ -215,5 +216,5 @@ def _union(spans):
 
 def _nic(nic):
     if nic not in ("out", "in"):
-        raise ValueError(f"nic must be 'out' or 'in', got {nic!r}")
+        raise ScheduleError(f"nic must be 'out' or 'in', got {nic!r}")
     return nic

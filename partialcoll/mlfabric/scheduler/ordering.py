@@ -80,6 +80,7 @@ from bisect import bisect_left as _bisect_left, bisect_right as _bisect
 import numpy as np
 
 from .links import INF, Timeline, finish_time
+from ...core.errors import ScheduleError
 
 
 class Update:
@@ -97,7 +98,7 @@ class Update:
 
     def __init__(self, uid, worker, size, version, norm=0.0):
         if size < 0:
-            raise ValueError(f"update {uid!r}: size must be >= 0")
+            raise ScheduleError(f"update {uid!r}: size must be >= 0")
         self.uid, self.worker, self.size = uid, worker, float(size)
         self.version, self.norm = int(version), float(norm)
 

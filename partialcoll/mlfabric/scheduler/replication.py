@@ -62,6 +62,7 @@ import numpy as np
 
 from .aggregation import aggregate
 from .links import INF
+from ...core.errors import ScheduleError
 
 
 def divergence_bound(h_norm, lead_norms, gamma):
@@ -86,7 +87,7 @@ class DivergenceTracker:
 
     def __init__(self, gamma, h_norm=0.0):
         if not 0 <= gamma < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {gamma!r}")
+            raise ScheduleError(f"momentum must be in [0, 1), got {gamma!r}")
         self.gamma, self.h, self.lead = float(gamma), float(h_norm), []
 
     def server_applied(self, norms):
@@ -176,7 +177,7 @@ def replicate(server_groups, backlog, net, replica, aggregators, tracker,
         for g in grp.members:
             times[g.uid] = grp.end
     if len(tracker.lead) != len(backlog):
-        raise ValueError("the tracker's lead must be the backlog's norms")
+        raise ScheduleError("the tracker's lead must be the backlog's norms")
     agg = aggregate(order, net, replica, aggregators, start, floor,
                     ordered=True, not_before=times)
     net.adopt(agg.net)
