@@ -254,3 +254,32 @@ def test_the_convention_check_catches_a_type_error_left_as_schedule_error(
     found = schedule_error_raises(str(package))
     assert found == [("core/things.py", "f", 2, True),
                      ("core/things.py", "h", 7, False)]
+
+
+#: library code that raises Python's own ValueError/TypeError, and why
+PLAIN_RAISES = {
+    "core/env.py": "environment variables are read before the errors "
+                   "module may be imported",
+    "core/logs.py": "the same: PARTIALCOLL_LOG_LEVEL at import",
+    "collectives/partial/handles.py": "PartialAllreduce() is a programming "
+                                      "error of a subclass, as Python's "
+                                      "abstract classes raise TypeError",
+}
+
+
+def test_library_errors_are_partialcolls():
+    """Outside the benchmarks, a bad value or type raises a partialcoll
+    error (ScheduleError / ArgumentTypeError, still a ValueError /
+    TypeError), so ``except partialcoll.Error`` catches it."""
+    import pathlib
+    import re
+    package = pathlib.Path(pc.__file__).parent
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel.startswith("bench/") or rel in PLAIN_RAISES:
+            continue
+        for k, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"\braise (ValueError|TypeError)\(", line):
+                found.append(f"{rel}:{k}")
+    assert not found, f"plain ValueError/TypeError raised: {found}"
