@@ -273,7 +273,7 @@ def test_library_errors_are_partialcolls():
     TypeError), so ``except partialcoll.Error`` catches it."""
     import pathlib
     import re
-    package = pathlib.Path(pc.__file__).parent
+    package = pathlib.Path(PACKAGE)
     found = []
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package).as_posix()
