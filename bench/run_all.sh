@@ -20,12 +20,14 @@ if want allreduce; then
     for n in 2 4; do
         timeout 300 mpiexec -n $n partialcoll-bench sweep --csv bench/out/sweep_np$n.csv | tee bench/out/sweep_np$n.txt
     done
+    timeout 900 mpiexec -n 4 partialcoll-bench allreduce -m 8:4M -i 100 -x 10 --csv bench/out/osu_np4.csv | tee bench/out/osu_np4.txt
 fi
 if want latency; then
     timeout 600 mpiexec -n 8 partialcoll-bench latency --plot docs/figures/latency_np8_linear.png | tee bench/out/latency_np8.txt
     for n in 16 32; do
         timeout 600 mpiexec -n $n partialcoll-bench latency --csv bench/out/lat_np$n.csv | tee bench/out/latency_np$n.txt
     done
+    timeout 600 mpiexec -n 8 partialcoll-bench latency --sweep-steps 0,0.1,1,4 --csv bench/out/skew_sweep_np8.csv --plot docs/figures/latency_skew_sweep_np8.png | tee bench/out/skew_sweep_np8.txt
 fi
 if want eager; then
     timeout 900 mpiexec -n 8 partialcoll-bench hyperplane --csv bench/out/hp8.csv --json bench/out/hp8.json --plot docs/figures/hyperplane_np8.png | tee bench/out/hp8.txt
