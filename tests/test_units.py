@@ -59,16 +59,6 @@ def test_rates(text, bps):
     assert network.rate(text) == units.rate(text)
 
 
-@pytest.mark.parametrize("bad", ["10M/s", "10 MB", "fast", 0, -1, "0 MB/s",
-                                 float("nan")])
-def test_rates_refused(bad):
-    with pytest.raises(ScheduleError):
-        units.rate(bad)
-    if isinstance(bad, str):
-        with pytest.raises(argparse.ArgumentTypeError):
-            rate_text(bad)
-
-
 @pytest.mark.parametrize("text,s", [
     ("1 ms", 1e-3), ("250 us", 2.5e-4), ("250 µs", 2.5e-4), ("10 ns", 1e-8),
     ("2 s", 2.0), ("0", 0.0), (0.5, 0.5)])
@@ -77,13 +67,17 @@ def test_durations(text, s):
     assert network.seconds(text) == units.duration(text)
 
 
-@pytest.mark.parametrize("bad", ["1", "ms", "-1 ms", -0.5, "1 h", math.inf])
-def test_durations_refused(bad):
+@pytest.mark.parametrize("read,checked,bad", [
+    *[(units.rate, rate_text, b) for b in
+      ["10M/s", "10 MB", "fast", 0, -1, "0 MB/s", float("nan")]],
+    *[(units.duration, duration_text, b) for b in
+      ["1", "ms", "-1 ms", -0.5, "1 h", math.inf]]])
+def test_rates_and_durations_refused(read, checked, bad):
     with pytest.raises(ScheduleError):
-        units.duration(bad)
+        read(bad)
     if isinstance(bad, str):
         with pytest.raises(argparse.ArgumentTypeError):
-            duration_text(bad)
+            checked(bad)
 
 
 @pytest.mark.parametrize("n,text", [(8, "8B"), (1000, "1000B"),

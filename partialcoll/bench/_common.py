@@ -57,35 +57,30 @@ def real(low, positive=False):
     return parse
 
 
-def byte_size(text):
-    """argparse type: a size in bytes > 0 ('8', '4K', '4MiB', '1MB');
-    returns the text (the benchmark parses it with :func:`parse_size`)."""
-    try:
-        units.size(text, minimum=1)
-    except ScheduleError as e:
-        raise argparse.ArgumentTypeError(
-            f"{e}; sizes are {units.SIZE_HELP}") from None
-    return text
+def _read_by(read, example, hint=""):
+    """An argparse type that checks its text with ``read`` (a function of
+    :mod:`partialcoll.core.units`) and returns the text as given (the
+    benchmark reads it again where it is used)."""
+    def check(text):
+        try:
+            read(text)
+        except ScheduleError as e:
+            raise argparse.ArgumentTypeError(f"{e}{hint}") from None
+        return text
+    check.__name__ = example
+    return check
 
 
-def rate_text(text):
-    """argparse type: a rate ('10 MB/s', '2 MiB/s', '1 Gb/s'); returns the
-    text (:func:`partialcoll.network.rate` reads it)."""
-    try:
-        units.rate(text)
-    except ScheduleError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
-
-
-def duration_text(text):
-    """argparse type: a duration ('20 ms', '250 us', '0'); returns the
-    text (:func:`partialcoll.network.seconds` reads it)."""
-    try:
-        units.duration(text)
-    except ScheduleError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
+#: argparse type: a size in bytes > 0 ('8', '4K', '4MiB', '1MB'); the
+#: benchmark reads it with :func:`parse_size`
+byte_size = _read_by(lambda t: units.size(t, minimum=1), "size",
+                     f"; sizes are {units.SIZE_HELP}")
+#: argparse type: a rate ('10 MB/s', '2 MiB/s', '1 Gb/s'), for
+#: ``partialcoll.network.rate``
+rate_text = _read_by(units.rate, "rate")
+#: argparse type: a duration ('20 ms', '250 us', '0'), for
+#: ``partialcoll.network.seconds``
+duration_text = _read_by(units.duration, "duration")
 
 
 def listed(item):
