@@ -72,11 +72,14 @@ html_static_path = []
 def _init_signature(app, what, name, obj, options, signature, ret):
     """A class with its own ``__new__`` (EagerOptimizer's, which picks the
     wrapped optimizer's class) is shown with its ``__init__``'s arguments,
-    not ``__new__``'s forwarding ``(*args, **kwargs)``."""
+    not ``__new__``'s forwarding ``(*args, **kwargs)``; without their
+    annotations, as everywhere (``autodoc_typehints``)."""
     if what == "class" and "__new__" in vars(obj) and "__init__" in vars(obj):
         sig = inspect.signature(obj.__init__)
-        params = list(sig.parameters.values())[1:]          # without self
-        return str(sig.replace(parameters=params)), ret
+        params = [p.replace(annotation=p.empty)             # without self
+                  for p in list(sig.parameters.values())[1:]]
+        return str(sig.replace(parameters=params,
+                               return_annotation=sig.empty)), ret
     return None
 
 

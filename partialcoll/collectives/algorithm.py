@@ -1,5 +1,7 @@
 """Choosing an allreduce algorithm: a documented heuristic that a keyword
 or an environment variable overrides."""
+from typing import Any
+
 from ..core import env
 from ..core.errors import ScheduleError
 
@@ -7,7 +9,7 @@ from ..core.errors import ScheduleError
 DEFAULT_THRESHOLD = 16384
 ALGORITHMS = ("recursive_doubling", "ring", "rabenseifner")
 
-_settings = {}
+_settings: dict[str, Any] = {}
 
 
 def setting(name, default=None, cast=str):

@@ -7,13 +7,18 @@ checked by :mod:`.arguments`.  A blocking call of NumPy arrays whose
 signature was seen before takes a cached :class:`Plan`: a few checks and
 one call into C.
 """
+from __future__ import annotations
+
+from typing import Any
+
 import numpy as np
 from mpi4py import MPI
 
 from ..core import libcomm
+from ..core.buffers import Buffer
 from ..core.checks import check_comm
-from ..core.ops import OPS, Op, as_op, is_average
-from ..core.request import Done, RoundRequest
+from ..core.ops import OPS, Op, OpLike, as_op, is_average
+from ..core.request import Done, Request, RoundRequest
 from . import staging
 from .algorithm import check_algorithm, choose_algorithm
 from .arguments import device_of, prepare, prepare_device
@@ -56,8 +61,9 @@ def _select(sendbuf, recvbuf, op, comm, algorithm, priority=0):
     return send, recv, result, lc, entry, lc.tag_block(entry.ntags)
 
 
-def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
-               priority=0, compression=None):
+def iallreduce(sendbuf: Buffer, recvbuf: Buffer = None, op: OpLike = SUM,
+               comm: MPI.Comm | None = None, algorithm: str | None = None,
+               priority: int = 0, compression: str | None = None) -> Request:
     """Start a non-blocking allreduce; ``wait()`` returns the result.
 
     Args:
@@ -116,7 +122,8 @@ def iallreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
 
 
 #: compression= of a call made by a staged one: its buffers are the wire's
-_STAGED = object()
+#: (a private sentinel, typed Any to pass where a compression name goes)
+_STAGED: Any = object()
 
 
 def _iallreduce(sendbuf, recvbuf, op, comm, algorithm, priority):
@@ -135,8 +142,9 @@ def _iallreduce(sendbuf, recvbuf, op, comm, algorithm, priority):
                             (send, recv) if s.gpu_path else None)
 
 
-def allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, algorithm=None,
-              priority=0, compression=None):
+def allreduce(sendbuf: Buffer, recvbuf: Buffer = None, op: OpLike = SUM,
+              comm: MPI.Comm | None = None, algorithm: str | None = None,
+              priority: int = 0, compression: str | None = None) -> Any:
     """Blocking allreduce on the executor; returns the result (an array, or
     an object of the caller's type: a torch tensor for a torch tensor).
 
@@ -222,11 +230,12 @@ class AllreduceRequest(RoundRequest):
     back and the request drops ``keep`` (device arrays bound by address);
     only the result it returns stays referenced."""
 
-    def __init__(self, entry, posted, result, keep):
+    def __init__(self, entry: Any, posted: RoundRequest, result: Any,
+                 keep: Any) -> None:
         super().__init__(posted.schedule, posted.upto, result)
         self._entry, self._keep, self._bound = entry, keep, True
 
-    def test(self):
+    def test(self) -> bool:
         if not self._bound:
             return True
         if not super().test():
@@ -234,7 +243,7 @@ class AllreduceRequest(RoundRequest):
         self._give_back()
         return True
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: float | None = None) -> Any:
         if self._bound:
             super().wait(timeout)
             self._give_back()

@@ -10,7 +10,10 @@ of an error on some and a hang on the rest: every rank's view of the call
 is gathered first (one small allgather), and every rank judges the same
 list.
 """
+from __future__ import annotations
+
 import numbers
+from typing import Any
 
 from mpi4py import MPI
 
@@ -97,7 +100,9 @@ def broadcast_pickled(ctl, obj, root_rank, what):
     return obj
 
 
-def broadcast_object(obj, root_rank=0, comm=None, *, root=None):
+def broadcast_object(obj: Any, root_rank: int = 0,
+                     comm: MPI.Comm | None = None, *,
+                     root: int | None = None) -> Any:
     """Return ``root_rank``'s ``obj`` on every rank (collective; pickled,
     like Horovod's ``hvd.broadcast_object``).  The root gets its own object
     back; other ranks get a copy.

@@ -30,6 +30,10 @@ What travels and how results are rounded:
   digits, rounded at each of the algorithm's combining steps, and values
   beyond 65504 overflow to infinity.
 """
+from __future__ import annotations
+
+from typing import Any
+
 import numpy as np
 from mpi4py import MPI
 
@@ -176,10 +180,12 @@ class CallRequest(Request):
     finish it (once: the 16-bit rounding, or widening from the wire) and
     ``wait()`` returns the caller's result."""
 
-    def __init__(self, request, call):
-        self._request, self._call, self._result = request, call, None
+    def __init__(self, request: Request, call: Call) -> None:
+        self._request = request
+        self._call: Call | None = call
+        self._result: Any = None
 
-    def test(self):
+    def test(self) -> bool:
         if self._call is None:
             return True
         if not self._request.test():
@@ -187,7 +193,7 @@ class CallRequest(Request):
         self._done()
         return True
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: float | None = None) -> Any:
         if self._call is not None:
             self._request.wait(timeout)
             self._done()

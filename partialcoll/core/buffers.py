@@ -3,11 +3,20 @@
 Accepted: NumPy arrays, any C-contiguous buffer-protocol object, and mpi4py
 buffer specs ``[buf, MPI.DOUBLE]`` / ``[buf, count, MPI.DOUBLE]``.
 """
+from typing import Any, TypeAlias
+
 import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
 from .errors import ArgumentTypeError, ScheduleError
+
+#: What the public API's annotations call a buffer: a NumPy array, a CuPy
+#: array, a torch tensor (or another object exporting DLPack), a
+#: buffer-protocol object or an mpi4py buffer spec ``[buf, MPI.DOUBLE]``.
+#: Which of them a call takes is checked when it runs (:mod:`.arrays`), not
+#: by a type checker: the alias is ``Any``.
+Buffer: TypeAlias = Any
 
 
 def as_array(buf, what="buffer"):

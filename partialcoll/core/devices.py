@@ -24,6 +24,8 @@ The default, ``"auto"``, asks MPI (``MPIX_Query_cuda_support``); the MPI
 wheels on PyPI say no.  ``PARTIALCOLL_GPU_PATH`` or :func:`set_gpu_path`
 forces either path.
 """
+from __future__ import annotations
+
 import contextlib
 import sys
 
@@ -37,10 +39,10 @@ from .errors import ScheduleError
 _C = _core.constants()
 PATHS = ("auto", "cuda-aware", "staged")
 DEFAULT_CHUNK_BYTES = 1 << 20
-_forced_path = None
+_forced_path: str | None = None
 
 
-def set_gpu_path(path):
+def set_gpu_path(path: str | None) -> None:
     """Force how device buffers reach MPI: ``"cuda-aware"``, ``"staged"`` or
     ``"auto"`` (ask MPI); None goes back to ``PARTIALCOLL_GPU_PATH``.
     Applies to schedules built afterwards."""
@@ -51,7 +53,7 @@ def set_gpu_path(path):
     _forced_path = path
 
 
-def gpu_path():
+def gpu_path() -> str:
     """The path device buffers take now: ``"cuda-aware"`` or ``"staged"``."""
     path = _forced_path or env.get(env.GPU_PATH, "auto")
     if path not in PATHS:
@@ -62,13 +64,13 @@ def gpu_path():
     return path
 
 
-def mpi_cuda_aware():
+def mpi_cuda_aware() -> bool:
     """True when the MPI library reports CUDA support
     (``MPIX_Query_cuda_support``); False when it says no or cannot say."""
     return _core.mpi_cuda_aware() == 1
 
 
-def chunk_bytes():
+def chunk_bytes() -> int:
     """Size of the pieces a staged message is cut into."""
     n = env.get(env.GPU_CHUNK_BYTES, DEFAULT_CHUNK_BYTES, int)
     if n < 1:

@@ -15,18 +15,18 @@ _C = _core.constants()
 CONSTANTS = _C
 
 
-def now():
+def now() -> float:
     """The executor's clock in seconds (CLOCK_MONOTONIC: the same on every
     process of a host), as used by ``Schedule.start_at`` and timelines."""
     return _core.now()
 
 
-def progress_thread_cputime():
+def progress_thread_cputime() -> float:
     """CPU seconds the progress thread has used so far (0 if not started)."""
     return _core.thread_cputime()
 
 
-def set_send_cap(n):
+def set_send_cap(n: int) -> None:
     """At most ``n`` sends in flight per destination process, the rest
     queued and released lowest ``priority`` first, so priority decides what
     the wire carries first.  0 (the default, or PARTIALCOLL_SEND_CAP)
@@ -39,7 +39,7 @@ def set_send_cap(n):
     _core.set_send_cap(n)
 
 
-def engine_stats():
+def engine_stats() -> dict[str, int]:
     """Counters of the progress engine: ``outstanding`` messages (of every
     kind: idle persistent schedules add none, one control receive per
     communicator serves them), ``hot`` (round-bound ones), ``sends_left``,
@@ -48,24 +48,24 @@ def engine_stats():
 
 
 # -- the transport layer's switches (partialcoll.transport) --------------
-def set_network(description):
+def set_network(description: str) -> None:
     """Install an emulated network (the C model's text form, see
     :mod:`partialcoll.transport.network`); "" goes back to plain MPI."""
     _core.set_network(description)
 
 
-def network_rate(rank, nic, t):
+def network_rate(rank: int, nic: int, t: float) -> tuple[float, float]:
     """The emulated network's rate of ``rank``'s NIC (0 out, 1 in) at
-    time ``t`` (bytes/s)."""
+    time ``t`` (bytes/s), and the network's time zero."""
     return _core.network_rate(rank, nic, t)
 
 
-def record_timeline(on):
+def record_timeline(on: bool) -> int:
     """Switch the timeline recorder on or off; returns the size in bytes
     of one recorded event (the layout the reader must agree with)."""
     return _core.timeline_enable(bool(on))
 
 
-def take_timeline():
+def take_timeline() -> bytes:
     """The events recorded since the last call, as raw bytes."""
     return _core.timeline_take()

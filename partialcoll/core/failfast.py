@@ -16,7 +16,7 @@ from .errors import ArgumentTypeError, ScheduleError
 _installed = False
 
 
-def abort_on_error(code=1):
+def abort_on_error(code: int = 1) -> None:
     """From now on an exception that nothing catches, in the main thread or
     in any Python thread, prints its traceback to stderr under a line that
     names this rank, then calls ``MPI.COMM_WORLD.Abort(code)``: mpiexec

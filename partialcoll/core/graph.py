@@ -1,13 +1,21 @@
 """The building half of :class:`~.schedule.Schedule`: buffer slots and the
 ops added to a schedule before it is committed (the semantics of every op
 kind are in :mod:`.schedule`'s docstring and the C core's header)."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, TypeAlias
+
 import numpy as np
+import numpy.typing as npt
+from mpi4py import MPI
 
 from .. import _core
 from . import devices
 from .errors import (ArgumentTypeError, ScheduleError,
                      ScheduleFreedError)
-from .ops import OPS, as_op, check_op_dtype, dtype_code
+from .buffers import Buffer
+from .ops import OPS, OpLike, as_op, check_op_dtype, dtype_code
 from .slots import (DEVICE, HOST, BufRef, Slot, as_ref, nanoseconds,
                     op_param, op_priority, whole)
 
@@ -15,6 +23,13 @@ SUM = OPS["SUM"]
 _C = _core.constants()
 ALL, ANY, ATLEAST = _C["ALL"], _C["ANY"], _C["ATLEAST"]
 KIND_NAMES = _C["kinds"]            # op kind code -> name, from the C core
+
+#: an op's dependencies: one op (the int an op method returns) or several
+After: TypeAlias = int | Iterable[int]
+#: an op's buffer operand: a slot, or ``slot[a:b]``
+Operand: TypeAlias = Slot | BufRef
+#: an int parameter of an op, or one int64 ``slot[i:i+1]`` read each round
+IntParam: TypeAlias = int | Slot | BufRef
 
 
 def _address(peer, tag, traffic_class):
@@ -29,8 +44,24 @@ class GraphBuilder:
     Schedule`, which adds committing and running it).  ``self._sched`` is
     the C handle once committed (None before); building then stops."""
 
-    def buffer(self, array=None, *, dtype=None, size=None, writable=None,
-               name=None, device=False):
+    # set by Schedule.__init__ (and use_device)
+    comm: MPI.Comm
+    priority: int
+    _ops: list[dict[str, Any]]
+    _slots: list[Slot]
+    _arrays: dict[int, Any]
+    _sched: _core.Sched | None
+    _freed: bool
+    _backend: Any
+    _device_id: int | None
+    _path: str | None
+    _chunk: int
+    _shadows: dict[int, Slot]
+
+    def buffer(self, array: Buffer = None, *,
+               dtype: npt.DTypeLike | None = None, size: int | None = None,
+               writable: bool | None = None, name: str | None = None,
+               device: bool = False) -> Slot:
         """Declare a buffer slot, optionally binding ``array`` to it now.
 
         A device array (CuPy) makes it a device slot; ``device=True`` declares
@@ -67,7 +98,7 @@ class GraphBuilder:
             self._arrays[slot.index] = array
         return slot
 
-    def use_device(self, backend, device_id):
+    def use_device(self, backend: Any, device_id: int) -> None:
         """Tie the schedule to one device (done by the first device buffer).
         Fixes how its device messages reach MPI (:func:`gpu_path`)."""
         self._check_building()
@@ -79,7 +110,7 @@ class GraphBuilder:
                                 "one device")
 
     @property
-    def gpu_path(self):
+    def gpu_path(self) -> str | None:
         """``"cuda-aware"`` or ``"staged"`` (None without device buffers)."""
         return self._path
 
@@ -128,8 +159,9 @@ class GraphBuilder:
                               **extra))
         return len(self._ops) - 1
 
-    def nop(self, after=(), mode=ALL, optional=False, need=None, locked=False,
-            delivered=False):
+    def nop(self, after: After = (), mode: int = ALL, optional: bool = False,
+            need: int | None = None, locked: bool = False,
+            delivered: bool = False) -> int:
         """A no-op: completes as soon as its dependencies allow (all of them,
         any of them, or ``need`` of them).  ``delivered=True`` counts only
         inputs that were delivered (see :meth:`recv`); when too many failed
@@ -137,13 +169,15 @@ class GraphBuilder:
         return self._add(_C["NOP"], after, mode, optional, need=need,
                          locked=locked, delivered=delivered)
 
-    def trigger(self, optional=False):
+    def trigger(self, optional: bool = False) -> int:
         """A NOP that only :meth:`fire` completes (the internal activation)."""
         return self._add(_C["TRIGGER"], (), ALL, optional)
 
-    def send(self, buf=None, peer=0, tag=0, *, after=(), mode=ALL,
-             optional=False, stamped=False, priority=None, order=None,
-             traffic_class=0, delivered=False):
+    def send(self, buf: Operand | None = None, peer: int = 0, tag: int = 0, *,
+             after: After = (), mode: int = ALL, optional: bool = False,
+             stamped: bool = False, priority: IntParam | None = None,
+             order: IntParam | None = None, traffic_class: int = 0,
+             delivered: bool = False) -> int:
         """Send ``buf`` (a slot or slot[a:b]) to ``peer``.
 
         ``stamped=True`` sends no data, only the round number (activation
@@ -171,9 +205,11 @@ class GraphBuilder:
                          param=param, tclass=traffic_class,
                          delivered=delivered)
 
-    def recv(self, buf=None, peer=0, tag=0, *, after=(), mode=ALL,
-             optional=False, stamped=False, priority=None, timeout=None,
-             traffic_class=0, delivered=False):
+    def recv(self, buf: Operand | None = None, peer: int = 0, tag: int = 0, *,
+             after: After = (), mode: int = ALL, optional: bool = False,
+             stamped: bool = False, priority: IntParam | None = None,
+             timeout: float | None = None, traffic_class: int = 0,
+             delivered: bool = False) -> int:
         """Receive into ``buf`` from ``peer``.  A stamped receive has no
         dependencies and stays posted for the life of the schedule.
 
@@ -199,8 +235,10 @@ class GraphBuilder:
                          peer=peer, tag=tag, priority=priority, timeout=t,
                          tclass=traffic_class, delivered=delivered)
 
-    def delay(self, seconds, *, after=(), mode=ALL, optional=False, need=None,
-              delivered=False, priority=None):
+    def delay(self, seconds: float | Operand, *, after: After = (),
+              mode: int = ALL, optional: bool = False,
+              need: int | None = None, delivered: bool = False,
+              priority: IntParam | None = None) -> int:
         """Completes ``seconds`` after it becomes ready, using no CPU (the
         progress thread sleeps until the earliest deadline): stands in for
         compute.  ``seconds`` is a number, or a one-element float64
@@ -211,8 +249,10 @@ class GraphBuilder:
                          value=value, param=param, delivered=delivered,
                          priority=priority)
 
-    def start_at(self, when, *, after=(), mode=ALL, optional=False, need=None,
-                 delivered=False, priority=None):
+    def start_at(self, when: float | Operand, *, after: After = (),
+                 mode: int = ALL, optional: bool = False,
+                 need: int | None = None, delivered: bool = False,
+                 priority: IntParam | None = None) -> int:
         """Completes at the absolute time ``when`` on the executor's clock
         (:func:`partialcoll.now`, the same on every process of a host), or
         at once if that time has passed.  ``when``: a number or a
@@ -223,8 +263,10 @@ class GraphBuilder:
                          value=value, param=param, delivered=delivered,
                          priority=priority)
 
-    def gate(self, *, after=(), mode=ALL, optional=False, need=None,
-             delivered=False, priority=None):
+    def gate(self, *, after: After = (), mode: int = ALL,
+             optional: bool = False, need: int | None = None,
+             delivered: bool = False,
+             priority: IntParam | None = None) -> int:
         """An op that becomes ready by its dependencies but completes only
         when the application opens it: ``op, rnd = s.wait_gate()`` returns
         the next ready gate (blocking, no polling), ``s.open_gate(op, rnd)``
@@ -233,8 +275,10 @@ class GraphBuilder:
         return self._add(_C["GATE"], after, mode, optional, need=need,
                          delivered=delivered, priority=priority)
 
-    def scale(self, buf, count_of, add=0, *, after=(), mode=ALL,
-              optional=False, need=None, locked=False, delivered=False):
+    def scale(self, buf: Operand, count_of: int, add: int = 0, *,
+              after: After = (), mode: int = ALL, optional: bool = False,
+              need: int | None = None, locked: bool = False,
+              delivered: bool = False) -> int:
         """``buf /= (delivered inputs of op count_of this round + add)``:
         averaging over the messages that arrived (float and complex
         buffers).  Does nothing when the divisor is 0."""
@@ -288,8 +332,9 @@ class GraphBuilder:
             return ends[0]
         return self._add(_C["NOP"], ends, ALL, optional)
 
-    def reduce(self, dst, src, op=SUM, *, after=(), mode=ALL, optional=False,
-               need=None, locked=False):
+    def reduce(self, dst: Operand, src: Operand, op: OpLike = SUM, *,
+               after: After = (), mode: int = ALL, optional: bool = False,
+               need: int | None = None, locked: bool = False) -> int:
         """``dst = dst op src`` elementwise, on the executing thread."""
         op = as_op(op)
         dst, src = as_ref(dst), as_ref(src)
@@ -303,8 +348,9 @@ class GraphBuilder:
         return self._add(_C["REDUCE"], after, mode, optional, a=dst, b=src,
                          op=op, need=need, locked=locked)
 
-    def copy(self, dst, src, *, after=(), mode=ALL, optional=False, need=None,
-             locked=False):
+    def copy(self, dst: Operand, src: Operand, *, after: After = (),
+             mode: int = ALL, optional: bool = False,
+             need: int | None = None, locked: bool = False) -> int:
         """``dst = src``."""
         dst, src = as_ref(dst), as_ref(src)
         if not dst.slot.writable:
@@ -312,12 +358,13 @@ class GraphBuilder:
         return self._add(_C["COPY"], after, mode, optional, a=dst, b=src,
                          need=need, locked=locked)
 
-    def fence(self, after=(), mode=ALL, optional=False):
+    def fence(self, after: After = (), mode: int = ALL,
+              optional: bool = False) -> int:
         """Completes once every device op queued before it has run (at once
         in a schedule without device buffers)."""
         return self._add(_C["FENCE"], after, mode, optional)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._ops)
 
     # -- commit / bind / post -------------------------------------------
@@ -328,7 +375,7 @@ class GraphBuilder:
             raise ScheduleError("the schedule is committed; no more ops")
 
     # -- looking at it ----------------------------------------------------
-    def to_dot(self, name="schedule"):
+    def to_dot(self, name: str = "schedule") -> str:
         """The graph in Graphviz DOT.  Dashed boxes fire on ANY input; grey
         ones are optional; edges point from predecessor to successor."""
         from .dot import to_dot

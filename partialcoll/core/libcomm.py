@@ -33,6 +33,7 @@ communicator is freed, when a library communicator goes, and at exit.
 import atexit
 import logging
 import threading
+from typing import Any, Callable
 
 from mpi4py import MPI
 
@@ -43,11 +44,12 @@ from .tags import TagSpace
 log = logging.getLogger("partialcoll")
 
 _lock = threading.RLock()
-_owned = []             # every duplicate not yet freed
-_live = []              # every LibraryComm not yet released
+_owned: list[MPI.Comm] = []     # every duplicate not yet freed
+_live: list["LibraryComm"] = []  # every LibraryComm not yet released
 _exiting = False
-_hooks = {"before_collective": [], "on_user_free": [], "on_release": [],
-          "at_exit": [], "free_at_exit": []}
+_hooks: dict[str, list[Callable[..., Any]]] = {
+    "before_collective": [], "on_user_free": [], "on_release": [],
+    "at_exit": [], "free_at_exit": []}
 
 
 def register(event, fn=None):
@@ -156,7 +158,7 @@ _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_user_comm_freed)
 # paths (an attribute lookup through MPI costs about 0.8 us, a third of an
 # 8-byte allreduce).  Exact: the handle leaves it in the delete callback,
 # before MPI can reuse it.
-_by_handle = {}
+_by_handle: dict[int, LibraryComm] = {}
 
 
 def library_comm(comm):

@@ -4,7 +4,14 @@
 core.  Wherever an op is accepted, mpi4py's ``MPI.SUM``-style constants and
 the names ("sum", "SUM") are accepted too.
 """
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import ModuleType
+from typing import Any, TypeAlias, Union
+
 import numpy as np
+import numpy.typing as npt
 from mpi4py import MPI
 
 from .. import _core
@@ -27,43 +34,51 @@ class Op:
 
     __slots__ = ("name", "code", "dtypes")
 
-    def __init__(self, name, code, dtypes):
+    name: str
+    code: int
+    dtypes: frozenset[np.dtype[Any]]
+
+    def __init__(self, name: str, code: int, dtypes: Iterable[Any]) -> None:
         self.name, self.code = name, code
         self.dtypes = frozenset(np.dtype(d) for d in dtypes)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"partialcoll.{self.name}"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
         return (_by_name, (self.name,))
 
-    def ufunc(self, xp=np):
+    def ufunc(self, xp: ModuleType = np) -> Any:
         """The op as a ufunc of the array namespace ``xp`` (NumPy, or
         CuPy for device arrays): ``op.ufunc()(a, b, out=a)``."""
         return getattr(xp, UFUNCS[self.name])
 
     @property
-    def mpi(self):
+    def mpi(self) -> MPI.Op:
         """The mpi4py ``MPI.Op`` of the same reduction."""
         return getattr(MPI, self.name)
 
-    def identity(self, dtype):
+    def identity(self, dtype: npt.DTypeLike) -> np.generic:
         """The identity element of this op for ``dtype`` (a NumPy scalar)."""
-        dtype = np.dtype(dtype)
-        kind = dtype.kind
+        dt: np.dtype[Any] = np.dtype(dtype)
+        kind = dt.kind
         if self.name in ("SUM", "BOR", "BXOR", "LOR", "LXOR"):
-            return dtype.type(0)
+            return dt.type(0)
         if self.name in ("PROD", "LAND"):
-            return dtype.type(1)
+            return dt.type(1)
         if self.name == "BAND":
-            return dtype.type(True) if kind == "b" else dtype.type(~dtype.type(0))
+            return dt.type(True) if kind == "b" else dt.type(~dt.type(0))
         if kind == "f":
-            return dtype.type(np.inf if self.name == "MIN" else -np.inf)
-        info = np.iinfo(dtype)
-        return dtype.type(info.max if self.name == "MIN" else info.min)
+            return dt.type(np.inf if self.name == "MIN" else -np.inf)
+        info = np.iinfo(dt)
+        return dt.type(info.max if self.name == "MIN" else info.min)
 
 
 OPS = {name: Op(name, code, dts) for name, (code, dts) in _C["redops"].items()}
+#: what an ``op=`` argument takes: an :class:`Op`, mpi4py's ``MPI.Op`` of
+#: the same reduction, its name (``"sum"``, ``"SUM"``) or a
+#: ``torch.distributed.ReduceOp`` member (torch is optional: ``Any``)
+OpLike: TypeAlias = Union[Op, MPI.Op, str, Any]
 _MPI_OPS = [(getattr(MPI, name), name) for name in OPS]
 
 
@@ -96,7 +111,7 @@ def is_average(op):
     return torch_op_name(op) == "AVG"
 
 
-def as_op(op):
+def as_op(op: OpLike) -> Op:
     """Normalise ``op`` (Op, mpi4py ``MPI.Op``, ``torch.distributed.ReduceOp``
     or name) to an :class:`Op`."""
     if isinstance(op, Op):

@@ -41,13 +41,19 @@ Example (two ranks exchange and sum a vector)::
     s.reduce(bx, bt, pc.SUM, after=[snd, rcv])
     s.post().wait()          # x == [3, 3, 3, 3] on both ranks
 """
+from __future__ import annotations
+
 import weakref
+from collections.abc import Callable
+from typing import Any, Self
 
 import numpy as np
+import numpy.typing as npt
 from mpi4py import MPI
 
 from .. import _core
 from . import descriptors, devices, libcomm
+from .buffers import Buffer
 from .checks import check_comm, require_thread_multiple
 from .errors import ScheduleError, ScheduleFreedError
 from .graph import ALL, ANY, KIND_NAMES, GraphBuilder
@@ -56,7 +62,8 @@ from .slots import DEVICE, DataLock, RoundOutcomes, Slot, wait_seconds, whole
 
 __all__ = ["ALL", "ANY", "KIND_NAMES", "Schedule", "Slot", "free_all"]
 
-_LIVE = weakref.WeakSet()          # every committed schedule, freed at exit
+# every committed schedule, freed at exit
+_LIVE: weakref.WeakSet[Schedule] = weakref.WeakSet()
 
 
 class Schedule(GraphBuilder):
@@ -80,8 +87,9 @@ class Schedule(GraphBuilder):
             Default False: the receive's outcome says what happened.
     """
 
-    def __init__(self, comm=None, persistent=False, stamp_id=0, priority=0,
-                 reliable=False):
+    def __init__(self, comm: MPI.Comm | None = None, persistent: bool = False,
+                 stamp_id: int = 0, priority: int = 0,
+                 reliable: bool = False) -> None:
         require_thread_multiple()
         self.comm = check_comm(comm)
         self.persistent, self.reliable = bool(persistent), bool(reliable)
@@ -95,7 +103,7 @@ class Schedule(GraphBuilder):
         self._backend = self._device_id = self._path = self._stream = None
         self._shadows = {}      # device slot index -> its pinned host Slot
 
-    def commit(self):
+    def commit(self) -> Self:
         """Validate the graph and hand it to the C core (done by post())."""
         if self._sched is not None:
             return self
@@ -120,7 +128,7 @@ class Schedule(GraphBuilder):
             self.bind(self._slots[index], arr)
         return self
 
-    def bind(self, slot, array, keep=True):
+    def bind(self, slot: Slot | int, array: Buffer, keep: bool = True) -> None:
         """Bind ``array`` (C-contiguous, right dtype and size) to ``slot``.
         ``keep=False``: the schedule keeps no reference to a device array
         (it holds its address only; the caller keeps it alive until the
@@ -140,7 +148,7 @@ class Schedule(GraphBuilder):
         if keep:
             self._arrays[slot.index] = array
 
-    def unbind(self, slot):
+    def unbind(self, slot: Slot | int) -> None:
         """Forget the array bound to ``slot`` (between rounds), so the
         schedule no longer keeps it alive."""
         slot = slot if isinstance(slot, Slot) else self._slots[slot]
@@ -164,14 +172,15 @@ class Schedule(GraphBuilder):
         if keep:
             self._arrays[slot.index] = array
 
-    def set_tag_base(self, base):
+    def set_tag_base(self, base: int) -> None:
         """Offset the tag of every message that is not round-stamped by
         ``base`` in the rounds posted from now on (call it between
         rounds): one committed schedule then serves calls that each take a
         fresh block of tags (the library's one-shot collectives)."""
         self.commit()._core_sched().set_tag_base(whole(base, "tag base"))
 
-    def run(self, first, second, tag_base=0):
+    def run(self, first: npt.NDArray[Any], second: npt.NDArray[Any],
+            tag_base: int = 0) -> None:
         """One round of a non-persistent schedule with host array
         ``first`` bound to slot 0 and ``second`` to slot 1, its tags offset
         by ``tag_base``: bind, post, wait and give both buffers back, in
@@ -180,7 +189,8 @@ class Schedule(GraphBuilder):
         self.commit()._core_sched().run(first, second,
                                         whole(tag_base, "tag base"))
 
-    def runner(self):
+    def runner(self) -> tuple[Callable[[Any, Any, int], None],
+                              Callable[[], bool]]:
         """``(run, idle)``: :meth:`run` and the :attr:`idle` test as bare
         callables of a committed non-persistent schedule, for a hot path
         that has checked its arguments once (``run(first, second,
@@ -190,7 +200,7 @@ class Schedule(GraphBuilder):
         core = self.commit()._core_sched()
         return core.run, core.idle
 
-    def post(self):
+    def post(self) -> RoundRequest:
         """Start one round (or, for a persistent schedule, the endless series
         of rounds).  Returns a :class:`Request` for that round.  With device
         buffers, the round's device work follows what the caller queued on
@@ -200,14 +210,15 @@ class Schedule(GraphBuilder):
             self._backend.wait_for_caller(self._stream)
         return RoundRequest(self, core.post())
 
-    def fire(self, trigger, round=None):
+    def fire(self, trigger: int, round: int | None = None) -> None:
         """Fire a trigger op: banked when ``round`` is None, else only for
         that round (discarded if the round is over)."""
         self._core_sched().fire(
             int(trigger), -1 if round is None else
             whole(round, "round", 0, 2**63 - 1))
 
-    def wait(self, round=None, timeout=None):
+    def wait(self, round: int | None = None,
+             timeout: float | None = None) -> int:
         """Wait until round number ``round`` (0-based) has completed; the
         default is the last posted round.  Returns the rounds completed."""
         s = self._core_sched()
@@ -215,16 +226,16 @@ class Schedule(GraphBuilder):
             whole(round, "round", 0, 2**63 - 2) + 1
         return s.wait(upto, wait_seconds(timeout))
 
-    def test(self, round=None):
+    def test(self, round: int | None = None) -> bool:
         s = self._core_sched()
         return s.test(s.posted if round is None else int(round) + 1)
 
-    def data_lock(self):
+    def data_lock(self) -> DataLock:
         """Context manager holding the data lock that ``locked`` ops take."""
         self._core_sched()
         return self._lock
 
-    def outcomes(self):
+    def outcomes(self) -> RoundOutcomes:
         """A :class:`~partialcoll.core.slots.RoundOutcomes` for the last
         completed round."""
         rnd, oc, nok, t, t_arrive, t_wire = self._core_sched().outcomes()
@@ -234,53 +245,53 @@ class Schedule(GraphBuilder):
                              np.frombuffer(t_arrive, np.float64),
                              np.frombuffer(t_wire, np.float64))
 
-    def wait_gate(self, timeout=None):
+    def wait_gate(self, timeout: float | None = None) -> tuple[int, int]:
         """Block (GIL released, no polling) until a :meth:`~partialcoll.Schedule.gate` op of this
         schedule is ready; returns ``(op, round)``.  Raises WaitTimeout."""
         return self._core_sched().wait_gate(wait_seconds(timeout))
 
-    def open_gate(self, op, round):
+    def open_gate(self, op: int, round: int) -> None:
         """Complete gate op ``op`` of round ``round`` (from wait_gate)."""
         self._core_sched().open_gate(int(op), int(round))
 
     @property
-    def sends_left(self):
+    def sends_left(self) -> int:
         """Sends of this schedule handed to the wire and not complete yet
         (a send completes once its receiver, or a discard receive, took
         it)."""
         return self._core_sched().sends_left
 
     @property
-    def serial(self):
+    def serial(self) -> int:
         """Process-local id of the committed schedule (timeline events)."""
         return self._core_sched().serial
 
     @property
-    def rounds(self):
+    def rounds(self) -> int:
         """Number of rounds completed so far (monotonic)."""
         return self._core_sched().done
 
     @property
-    def posted(self):
+    def posted(self) -> int:
         """How many rounds were posted so far (1 for a persistent
         schedule)."""
         return self._core_sched().posted
 
     @property
-    def idle(self):
+    def idle(self) -> bool:
         """True when every posted round has completed (it may be bound and
         posted again)."""
         core = self._core_sched()
         return core.posted == core.done
 
     @property
-    def busy(self):
+    def busy(self) -> bool:
         """True while a round is in flight or about to start (the progress
         thread is given one sweep first)."""
         return self._core_sched().busy
 
     @property
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         """A dict of the counters since commit.
 
         ``stale`` (a stamped message or fire whose round is over), ``surplus`` (an op's input beyond what fired it),
@@ -292,18 +303,18 @@ class Schedule(GraphBuilder):
         return self._core_sched().stats
 
     @property
-    def device_stats(self):
+    def device_stats(self) -> dict[str, int]:
         """Bytes copied host->device (``h2d``), device->host (``d2h``),
         ``d2d`` and ``h2h`` by device-queue copies, and device
         ``reductions`` queued, since the schedule was committed."""
         return self._core_sched().device_stats
 
     @property
-    def stream(self):
+    def stream(self) -> Any:
         """The schedule's own CUDA stream (None without device buffers)."""
         return self._stream
 
-    def free(self):
+    def free(self) -> None:
         """Cancel pending receives and release the schedule.  Idempotent."""
         if self._sched is not None:
             self._sched.free()
@@ -312,13 +323,13 @@ class Schedule(GraphBuilder):
         self._arrays.clear()
         self._stream = None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.free()
 
-    def _core_sched(self):
+    def _core_sched(self) -> _core.Sched:
         if self._freed:
             raise ScheduleFreedError("the schedule has been freed")
         if self._sched is None:
@@ -326,7 +337,7 @@ class Schedule(GraphBuilder):
         return self._sched
 
 @libcomm.register("free_at_exit")
-def free_all():
+def free_all() -> None:
     """Free every live schedule (at interpreter exit, after the higher
     modules' exit hooks)."""
     for sched in list(_LIVE):

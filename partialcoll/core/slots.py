@@ -1,6 +1,11 @@
 """Buffer slots, op parameters and round outcomes of a schedule, and the
 checks of the values ops take (:mod:`.schedule` builds on them)."""
+from __future__ import annotations
+
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from .. import _core
 from .errors import ArgumentTypeError, ScheduleError
@@ -16,16 +21,24 @@ OUTCOMES = {_C["OC_NONE"]: "none", _C["OC_OK"]: "ok",
 class Slot:
     """A named buffer of a schedule.  ``slot[a:b]`` selects elements."""
 
-    def __init__(self, index, dtype, size, writable, name, space=HOST):
+    index: int
+    dtype: np.dtype[Any]
+    size: int
+    writable: bool
+    name: str
+    space: int
+
+    def __init__(self, index: int, dtype: npt.DTypeLike, size: int,
+                 writable: bool, name: str, space: int = HOST) -> None:
         self.index, self.dtype, self.size = index, np.dtype(dtype), size
         self.writable, self.name, self.space = writable, name, space
 
     @property
-    def device(self):
+    def device(self) -> bool:
         """True when the slot holds device (GPU) memory."""
         return self.space == DEVICE
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: slice) -> BufRef:
         if not isinstance(key, slice):
             raise ArgumentTypeError(f"select buffer elements with "
                                     f"slot[a:b], not slot[{key!r}]")
@@ -35,7 +48,7 @@ class Slot:
         start, stop, _ = key.indices(self.size)
         return BufRef(self, start, max(stop - start, 0))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         where = " (device)" if self.device else ""
         return f"<Slot {self.name} {self.dtype}[{self.size}]{where}>"
 
@@ -43,14 +56,14 @@ class Slot:
 class BufRef:
     """``count`` elements of a slot starting at element ``start``."""
 
-    def __init__(self, slot, start, count):
+    def __init__(self, slot: Slot, start: int, count: int) -> None:
         self.slot, self.start, self.count = slot, start, count
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{self.slot.name}[{self.start}:{self.start + self.count}]"
 
 
-def as_ref(buf):
+def as_ref(buf: object) -> BufRef:
     """``buf`` (a Slot, or ``slot[a:b]``) as a :class:`BufRef`."""
     if isinstance(buf, Slot):
         return BufRef(buf, 0, buf.size)
@@ -60,13 +73,14 @@ def as_ref(buf):
                             f"slot[a:b], got {type(buf).__name__}")
 
 
-def whole(value, what, lo=0, hi=2**31 - 1):
+def whole(value: int, what: str, lo: int = 0,
+          hi: int = 2**31 - 1) -> int:
     """``value`` as an int in [lo, hi] (the C core keeps it in a C int),
     or a clear ScheduleError."""
     return check_int(value, what, lo, hi)
 
 
-def wait_seconds(timeout):
+def wait_seconds(timeout: float | None) -> float:
     """A wait's timeout for the C core: None (or inf) waits for ever (-1);
     otherwise a number of seconds >= 0."""
     if timeout is None:
@@ -82,7 +96,7 @@ def wait_seconds(timeout):
     return -1.0 if t == float("inf") else t
 
 
-def nanoseconds(seconds, what):
+def nanoseconds(seconds: float, what: str) -> int:
     """A duration for the C core: ``seconds`` (>= 0, at most 1e9) in
     nanoseconds, or a ScheduleError naming ``what``."""
     try:
@@ -95,7 +109,8 @@ def nanoseconds(seconds, what):
     return int(round(t * 1e9))
 
 
-def op_param(value, dtype, what):
+def op_param(value: float | Slot | BufRef | None, dtype: type[np.generic],
+             what: str) -> tuple[int, BufRef | None]:
     """An op parameter: a constant, or one element of a slot read each time
     the op becomes ready.  Returns (constant or -1/0, BufRef or None)."""
     if value is None:
@@ -127,7 +142,8 @@ def op_param(value, dtype, what):
     return int(value), None
 
 
-def op_priority(value):
+def op_priority(value: int | Slot | BufRef
+                ) -> tuple[int, BufRef | None]:
     """An op's priority: an int, or one int64 element of a slot read each
     time the op becomes ready (a different start order every round).
     Returns (constant, BufRef or None)."""
@@ -166,16 +182,19 @@ class RoundOutcomes:
     link with ``t_arrive`` (and, where it is not 0, ``t_wire``: ``t_arrive -
     t_wire`` is the message's time on the wire plus the latency)."""
 
-    def __init__(self, round, outcome, delivered, t_done=None,
-                 t_arrive=None, t_wire=None):
+    def __init__(self, round: int, outcome: npt.NDArray[np.uint8],
+                 delivered: npt.NDArray[np.int32],
+                 t_done: npt.NDArray[np.float64] | None = None,
+                 t_arrive: npt.NDArray[np.float64] | None = None,
+                 t_wire: npt.NDArray[np.float64] | None = None) -> None:
         self.round, self.outcome, self.delivered = round, outcome, delivered
         self.t_done, self.t_arrive, self.t_wire = t_done, t_arrive, t_wire
 
-    def name(self, op):
+    def name(self, op: int) -> str:
         """'ok', 'dropped', 'timedout', 'skipped' or 'none' for op."""
         return OUTCOMES[int(self.outcome[op])]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         names = [OUTCOMES[int(x)] for x in self.outcome]
         counts = {n: names.count(n) for n in sorted(set(names))}
         return f"RoundOutcomes(round={self.round}, {counts})"
@@ -185,11 +204,11 @@ class DataLock:
     """Context manager of a schedule's data lock (the lock that
     ``locked=True`` ops take): ``with sched.data_lock(): ...``."""
 
-    def __init__(self, core):
+    def __init__(self, core: _core.Sched) -> None:
         self._core = core
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self._core.lock()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._core.unlock()

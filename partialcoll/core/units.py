@@ -23,6 +23,8 @@ Durations (seconds): ``"1 ms"``, ``"250 us"`` (also ``µs``), ``"10 ns"``,
 Whole numbers of bytes only: ``"1.5K"`` is 1,536 bytes, ``"0.1B"`` is
 refused.  No library reads the bare-suffix convention of the MPI tools,
 so this module does (one regular expression per kind)."""
+from __future__ import annotations
+
 import math
 import re
 
@@ -47,7 +49,7 @@ def _number(value):
     return None
 
 
-def size(value, what="size", minimum=0):
+def size(value: str | float, what: str = "size", minimum: int = 0) -> int:
     """Bytes (an int) from ``"64K"``, ``"64KiB"``, ``"64kB"``, ``"8"`` or a
     number (the module docstring gives the convention); at least
     ``minimum``.  Raises ScheduleError naming ``what`` otherwise."""
@@ -75,7 +77,7 @@ def size(value, what="size", minimum=0):
     return int(v)
 
 
-def rate(value, what="rate"):
+def rate(value: str | float, what: str = "rate") -> float:
     """Bytes per second (a float; math.inf for ``"unlimited"``) from
     ``"10 MB/s"``, ``"2.5 MiB/s"``, ``"1 Gb/s"`` or a number > 0."""
     v = _number(value)
@@ -99,7 +101,7 @@ def rate(value, what="rate"):
     return v
 
 
-def duration(value, what="time"):
+def duration(value: str | float, what: str = "time") -> float:
     """Seconds (a float >= 0) from ``"1 ms"``, ``"250 us"``, ``"2 s"``,
     ``"0"`` (zero needs no unit) or a number of seconds."""
     v = _number(value)
@@ -124,7 +126,7 @@ def duration(value, what="time"):
     return v
 
 
-def format_size(n):
+def format_size(n: int) -> str:
     """Bytes as the shortest exact binary text: 8 -> '8B', 65536 ->
     '64KiB', 4194304 -> '4MiB'."""
     for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):

@@ -2,6 +2,12 @@
 arguments, then one allgather tells every rank what every other found, so
 a mistake made on some ranks raises the same error everywhere instead of a
 hang."""
+from __future__ import annotations
+
+from typing import NoReturn
+
+from mpi4py import MPI
+
 from ..collectives.broadcast import agree as agree_or_raise
 from ..core import control, libcomm
 from ..core.checks import check_comm
@@ -32,7 +38,7 @@ def agree_on_setup(ctl, mine, problem):
                         + "; ".join(lines))
 
 
-def refuse_setup(comm, problem):
+def refuse_setup(comm: MPI.Comm | None, problem: BaseException) -> NoReturn:
     """Collective: for a wrapper that found ``problem`` (an exception) in
     its own arguments before it could make its :class:`EagerAverager`:
     joins the agreement the other ranks' averagers run, so the same
@@ -40,3 +46,4 @@ def refuse_setup(comm, problem):
     returns."""
     comm = check_comm(comm)
     agree_on_setup(libcomm.library_comm(comm).ctl, None, describe_problem(problem))
+    raise AssertionError("unreachable: the agreement raised")

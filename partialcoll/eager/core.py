@@ -13,14 +13,20 @@ result is divided by the world size P (not by the number of active
 processes), so over a run every rank applies sum(all gradients) / P, exactly
 what synchronous SGD applies, only at different steps.
 """
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Self
+
 import numpy as np
 from mpi4py import MPI
 
 from ..collectives.allreduce import iallreduce
 from ..core import control, devices, libcomm
-from ..core.buffers import as_array
+from ..core.buffers import Buffer, as_array
 from ..core.checks import check_comm
 from ..core.errors import ScheduleError
+from ..core.ops import OpLike
 from ..collectives.partial import (MajorityAllreduce, QuorumAllreduce,
                                    SoloAllreduce)
 from ._buckets import (check_order, check_priorities, memory_of,
@@ -114,12 +120,19 @@ class EagerAverager:
     """
 
     _created = 0
+    last: StepInfo | None       # the latest step's (None before the first)
 
-    def __init__(self, templates, mode="solo", sync_every=None, comm=None,
-                 bucket_bytes=None, seed=0, names=None, device=None, *,
-                 priorities=None, partition_bytes=None, op="average",
-                 predivide=1.0, agree=None, order=None, overlap=False,
-                 compression=None):
+    def __init__(self, templates: Iterable[Any], mode: str | int = "solo",
+                 sync_every: int | None = None,
+                 comm: MPI.Comm | None = None,
+                 bucket_bytes: int | None = None, seed: int = 0,
+                 names: Iterable[str] | None = None, device: Buffer = None,
+                 *, priorities: Sequence[float] | None = None,
+                 partition_bytes: int | None = None,
+                 op: OpLike = "average", predivide: float = 1.0,
+                 agree: Mapping[str, Any] | None = None,
+                 order: Sequence[int] | None = None, overlap: bool = False,
+                 compression: str | None = None) -> None:
         comm = check_comm(comm)
         self.size, self.rank = comm.Get_size(), comm.Get_rank()
         lc = libcomm.library_comm(comm)
@@ -166,7 +179,8 @@ class EagerAverager:
         self._active_sum = 0        # sum of NAP over steps
         self.last = None
         self.started_early = 0      # buckets started by offer() so far
-        self._stash = {}            # bucket -> [raw sum, rounds, round]
+        # bucket -> [raw sum, rounds, round]
+        self._stash: dict[int, list[Any]] = {}
         self._new_step()
         self.closed = False         # close() was called
         EagerAverager._created += 1
@@ -175,7 +189,7 @@ class EagerAverager:
         self.order = EagerAverager._created
 
     @property
-    def bucket_count(self):
+    def bucket_count(self) -> int:
         """How many buckets the gradients travel in."""
         return len(self._buckets)
 
@@ -231,7 +245,8 @@ class EagerAverager:
                 "overlap": self.overlap}
 
     # -- steps ------------------------------------------------------------
-    def reduce(self, grads):
+    def reduce(self, grads: Iterable[Buffer]
+               ) -> tuple[list[Any], StepInfo]:
         """Contribute this rank's ``grads`` (a list like the templates; None
         for a gradient this step did not produce: it counts as zero) and
         return ``(averaged, info)``: the arrays to apply (fresh arrays,
@@ -276,7 +291,7 @@ class EagerAverager:
         self.last = info
         return self._unpack(out), info
 
-    def offer(self, index, grad):
+    def offer(self, index: int, grad: Buffer) -> None:
         """``overlap``: hand over gradient ``index`` of this step (an array
         like its template; None: zeros).  It is copied at once; when it
         completes its bucket, that bucket's reduction starts, and so does
@@ -293,12 +308,12 @@ class EagerAverager:
         self.started_early += self._launch_ready()
 
     @property
-    def step_open(self):
+    def step_open(self) -> bool:
         """True once this step has begun, when a gradient was handed over
         by :meth:`offer` (its reduction may be running)."""
         return any(self._got)
 
-    def abandon(self, grads=None):
+    def abandon(self, grads: Iterable[Buffer] | None = None) -> bool:
         """Give up the step :meth:`offer` began (see the class docstring:
         ``"sync"`` completes it and drops it, a partial mode adds the
         rounds already started to the next step).  ``grads``: the data for
@@ -324,7 +339,7 @@ class EagerAverager:
         self._new_step()
         return True
 
-    def flush(self):
+    def flush(self) -> tuple[list[Any], StepInfo] | None:
         """Collective: a synchronous round that returns everything still
         pending anywhere (every rank's carried gradients and the rounds this
         rank has not applied yet) as ``(averaged, info)``; ``None`` when
@@ -351,7 +366,7 @@ class EagerAverager:
         self.rounds += info.rounds
         return self._unpack(out), info
 
-    def close(self):
+    def close(self) -> tuple[list[Any], StepInfo] | None:
         """Collective: flush and free.  Returns what :meth:`flush` returns
         (apply it, or pending gradients are lost).  Idempotent."""
         if self.closed:
@@ -478,11 +493,11 @@ class EagerAverager:
 
     # -- counters ---------------------------------------------------------
     @property
-    def mean_active(self):
+    def mean_active(self) -> float:
         """Average number of active processes (NAP) over the steps so far."""
         return self._active_sum / self.steps if self.steps else 0.0
 
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         """Counters for logging: steps, included, rounds, mean_active,
         ``started_early`` (buckets whose reduction :meth:`offer` started,
         before :meth:`reduce`: the ones overlapped with backward), and the
@@ -522,8 +537,8 @@ class EagerAverager:
         if self.closed:
             raise ScheduleError("this eager-SGD averager is closed")
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -2,6 +2,9 @@
 PyTorch's in :mod:`partialcoll.torch`): :class:`StepInfo`, what one step
 did, and :class:`AveragerFront`, the methods over an
 :class:`~.core.EagerAverager`."""
+from __future__ import annotations
+
+from typing import Any
 
 
 class StepInfo:
@@ -20,14 +23,21 @@ class StepInfo:
 
     __slots__ = ("step", "active", "included", "rounds", "round")
 
-    def __init__(self, step, active, included, rounds, round):
+    step: int
+    active: int
+    included: bool
+    rounds: int
+    round: int
+
+    def __init__(self, step: int, active: int, included: bool, rounds: int,
+                 round: int) -> None:
         self.step, self.active, self.included = step, active, included
         self.rounds, self.round = rounds, round
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return ("StepInfo(" + ", ".join(f"{k}={getattr(self, k)}"
                                         for k in self.__slots__) + ")")
 
@@ -37,13 +47,16 @@ class AveragerFront:
     ``last_step`` and ``stats`` over ``self.averager``; the wrapper's
     ``_apply(averaged)`` applies averaged gradients with its optimizer."""
 
-    def flush(self):
+    # the wrapper's EagerAverager (typed Any: core.py imports this module)
+    averager: Any
+
+    def flush(self) -> StepInfo | None:
         """Collective: apply every gradient still pending on any rank, as
         one extra optimizer step on every rank (on none when nothing is
         pending anywhere).  Returns its StepInfo or None."""
         return self._apply_result(self.averager.flush())
 
-    def close(self):
+    def close(self) -> StepInfo | None:
         """Collective: flush (applied), then free the communication
         resources.  Idempotent."""
         if self.averager.closed:
@@ -57,14 +70,14 @@ class AveragerFront:
         return out[1]
 
     @property
-    def last_step(self):
+    def last_step(self) -> StepInfo | None:
         """The latest step's :class:`~partialcoll.eager.StepInfo` (None
         before the first): ``active`` (processes with fresh gradients,
         NAP), ``included`` (this rank's gradient is in the update),
         ``rounds``."""
         return self.averager.last
 
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         """Counters: steps, included, rounds, mean_active (average NAP), and
         the straggler report (see
         :meth:`partialcoll.eager.EagerAverager.stats`)."""

@@ -10,19 +10,31 @@ of them (or your own) in one line::
         info = opt.step(compute_grads(params, batch))   # a StepInfo
     opt.flush()          # collective: every pending gradient applied
 """
-import numpy as np
+from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any, Self
+
+import numpy as np
+import numpy.typing as npt
+from mpi4py import MPI
+
+from ..core.buffers import Buffer
 from ..core.errors import ArgumentTypeError, ScheduleError
 from .core import EagerAverager
-from .front import AveragerFront
+from .front import AveragerFront, StepInfo
+
+#: a parameter: a floating-point NumPy array, updated in place
+Param = npt.NDArray[np.floating[Any]]
 
 
 class SGD:
     """Plain SGD with optional momentum and weight decay, like
     ``torch.optim.SGD`` (``v = mu v + g; p -= lr v``)."""
 
-    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0,
-                 nesterov=False):
+    def __init__(self, params: Iterable[Param], lr: float,
+                 momentum: float = 0.0, weight_decay: float = 0.0,
+                 nesterov: bool = False) -> None:
         self.params = _check_params(params)
         if lr <= 0 or momentum < 0 or weight_decay < 0:
             raise ScheduleError(f"lr must be > 0; momentum, weight_decay "
@@ -30,9 +42,9 @@ class SGD:
                                 f", weight_decay={weight_decay!r}")
         self.lr, self.momentum = float(lr), float(momentum)
         self.weight_decay, self.nesterov = float(weight_decay), bool(nesterov)
-        self._v = [None] * len(self.params)
+        self._v: list[Param | None] = [None] * len(self.params)
 
-    def step(self, grads):
+    def step(self, grads: Iterable[Param | None]) -> None:
         for i, (p, g) in enumerate(zip(self.params, grads)):
             if g is None:
                 continue
@@ -52,8 +64,9 @@ class SGD:
 class Adam:
     """Adam (Kingma and Ba), like ``torch.optim.Adam`` without amsgrad."""
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
-                 weight_decay=0.0):
+    def __init__(self, params: Iterable[Param], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0) -> None:
         self.params = _check_params(params)
         self.lr, self.betas, self.eps = float(lr), betas, float(eps)
         self.weight_decay = float(weight_decay)
@@ -61,7 +74,7 @@ class Adam:
         self._v = [np.zeros_like(p) for p in self.params]
         self._t = [0] * len(self.params)
 
-    def step(self, grads):
+    def step(self, grads: Iterable[Param | None]) -> None:
         b1, b2 = self.betas
         for i, (p, g) in enumerate(zip(self.params, grads)):
             if g is None:
@@ -96,8 +109,12 @@ class EagerOptimizer(AveragerFront):
     and ``stats()`` report how the steps went.
     """
 
-    def __init__(self, optimizer, mode="solo", sync_every=None, comm=None,
-                 bucket_bytes=None, seed=0, names=None, *, compression=None):
+    def __init__(self, optimizer: Any, mode: str | int = "solo",
+                 sync_every: int | None = None,
+                 comm: MPI.Comm | None = None,
+                 bucket_bytes: int | None = None, seed: int = 0,
+                 names: Iterable[str] | None = None, *,
+                 compression: str | None = None) -> None:
         if not hasattr(optimizer, "step") or not hasattr(optimizer, "params"):
             raise ArgumentTypeError(f"optimizer must have a 'params' list "
                                     f"and a 'step(grads)' method (like "
@@ -109,7 +126,7 @@ class EagerOptimizer(AveragerFront):
                                       bucket_bytes, seed, names,
                                       compression=compression)
 
-    def step(self, grads):
+    def step(self, grads: Iterable[Buffer]) -> StepInfo:
         """Average ``grads`` (one per parameter, None for none) and apply
         them.  Returns the step's :class:`~partialcoll.eager.StepInfo`."""
         avg, info = self.averager.reduce(grads)
@@ -119,10 +136,10 @@ class EagerOptimizer(AveragerFront):
     def _apply(self, averaged):
         self.optimizer.step(averaged)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

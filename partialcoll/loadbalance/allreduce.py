@@ -52,11 +52,16 @@ MLfabric's): here every rank is worker and server inside one schedule per
 call, a collective; see :mod:`partialcoll.tictac.ps` for why each builds
 on the Schedule API directly.
 """
+from __future__ import annotations
+
 import logging
 import math
 import numbers
+from typing import Any, Self
 
 import numpy as np
+import numpy.typing as npt
+from mpi4py import MPI
 
 from ..core import control, libcomm
 from ..core.errors import ArgumentTypeError, ScheduleError
@@ -120,10 +125,41 @@ class LoadBalancedAllreduce:
         lb.close()
     """
 
-    def __init__(self, like, comm=None, scheme="aware", slice_elems=120_000,
-                 num_probe=2, size_probe=10_000, min_probe="auto",
-                 measure=True,
-                 threshold=0.01, window=3, jump=1.25, lead=0.005):
+    n: int
+    dtype: np.dtype[Any]
+    scheme: str
+    slice_elems: int
+    num_probe: int
+    size_probe: int
+    min_probe: int | None
+    measure: bool
+    threshold: float
+    window: int
+    jump: float
+    lead: float
+    size: int
+    rank: int
+    max_slices: int
+    # each rank's server's planned share of the vector
+    shares: list[float]
+    # the last call's plan: shares and slices
+    plan: dict[str, Any]
+    # the NIC rate estimates S (bytes/s per rank) and the reports
+    rates: dict[str, Any]
+    calls: int          # calls so far
+    _lc: libcomm.LibraryComm
+    _ntags: int
+    _tag0: int
+    _scheds: dict[tuple[Any, ...], tuple[Schedule, dict[str, Any]]]
+    _closed: bool
+    _go: float | None
+
+    def __init__(self, like: npt.ArrayLike, comm: MPI.Comm | None = None,
+                 scheme: str = "aware", slice_elems: int = 120_000,
+                 num_probe: int = 2, size_probe: int = 10_000,
+                 min_probe: int | str | None = "auto", measure: bool = True,
+                 threshold: float = 0.01, window: int = 3,
+                 jump: float = 1.25, lead: float = 0.005) -> None:
         like = np.asarray(like)
         if like.dtype.kind != "f":
             raise ScheduleError(f"LoadBalancedAllreduce averages float "
@@ -188,7 +224,7 @@ class LoadBalancedAllreduce:
         self._go = None              # the next call's start (pc.now())
 
     # -- one call -----------------------------------------------------------
-    def __call__(self, x):
+    def __call__(self, x: npt.NDArray[np.floating[Any]]) -> dict[str, Any]:
         """Average ``x`` (C-contiguous, the object's size and dtype) over the
         ranks, in place.  Returns this call's plan (dict)."""
         if self._closed:
@@ -379,7 +415,7 @@ class LoadBalancedAllreduce:
         return planner.distribute(M, S, self.threshold)[0]
 
     # -- housekeeping -----------------------------------------------------
-    def close(self):
+    def close(self) -> None:
         """Collective: free the schedules and the tags.  Idempotent."""
         if self._closed:
             return
@@ -390,8 +426,8 @@ class LoadBalancedAllreduce:
         self._lc.tags.give_back(self._tag0, self._ntags)
         self._lc.release()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -45,9 +45,14 @@ receiver (``drop_mode = "told"``) no deadline is needed; when it does not
 the call posts it, each allgather receive twice that: no receive ever waits
 forever.  A message that comes after its receive gave up is discarded.
 """
+from __future__ import annotations
+
 import logging
+from typing import Any, Self
 
 import numpy as np
+import numpy.typing as npt
+from mpi4py import MPI
 
 from ..core import control, libcomm
 from ..core.errors import ArgumentTypeError, ScheduleError
@@ -56,7 +61,8 @@ from ..core.ops import OPS
 from ..core.schedule import Schedule
 
 log = logging.getLogger("partialcoll")
-_open = []          # objects not closed yet, in creation order
+# objects not closed yet, in creation order
+_open: list[RPSAverage] = []
 
 
 class RPSRound:
@@ -72,12 +78,19 @@ class RPSRound:
 
     __slots__ = ("round", "owners", "averaged_over", "received", "kept")
 
-    def __init__(self, round, owners, averaged_over, received, kept):
+    round: int
+    owners: npt.NDArray[np.int64]
+    averaged_over: int
+    received: int
+    kept: int
+
+    def __init__(self, round: int, owners: npt.NDArray[np.int64],
+                 averaged_over: int, received: int, kept: int) -> None:
         self.round, self.owners = round, owners
         self.averaged_over, self.received, self.kept = (averaged_over,
                                                          received, kept)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"RPSRound(round={self.round}, averaged_over="
                 f"{self.averaged_over}, received={self.received}, "
                 f"kept={self.kept})")
@@ -104,8 +117,9 @@ class RPSAverage:
         avg.close()
     """
 
-    def __init__(self, like, comm=None, seed=0, timeout=None,
-                 traffic_class=1):
+    def __init__(self, like: npt.ArrayLike, comm: MPI.Comm | None = None,
+                 seed: int = 0, timeout: float | None = None,
+                 traffic_class: int = 1) -> None:
         like = np.asarray(like)
         if like.dtype.kind != "f":
             raise ScheduleError(f"RPSAverage averages float arrays, not "
@@ -195,12 +209,13 @@ class RPSAverage:
         s.commit()
         return s
 
-    def owners(self, rnd):
+    def owners(self, rnd: int) -> npt.NDArray[np.int64]:
         """owners[j]: the rank that averages block j in call ``rnd`` (a
         permutation drawn from (seed, rnd), the same on every rank)."""
         return np.random.default_rng([self.seed, rnd]).permutation(self.size)
 
-    def send_order(self, rnd):
+    def send_order(self, rnd: int) -> tuple[npt.NDArray[np.int64],
+                                            npt.NDArray[np.int64]]:
         """(reduce-scatter, allgather): the peers this rank sends to in call
         ``rnd``, in the order its sends leave; two permutations drawn from
         (seed, rnd, rank), the same in every run (see the module
@@ -219,7 +234,7 @@ class RPSAverage:
                 self._prio[phase * P + q] = k - (P - 1)
 
     # -- calls ----------------------------------------------------------
-    def __call__(self, x):
+    def __call__(self, x: npt.NDArray[np.floating[Any]]) -> RPSRound:
         """Average ``x`` (a float array of the object's size) in place over
         the ranks; returns an :class:`RPSRound`."""
         if self._closed:
@@ -247,10 +262,11 @@ class RPSAverage:
             self.totals[k] += 1 if k == "rounds" else getattr(info, k)
         return info
 
-    def stats(self):
+    def stats(self) -> dict[str, float]:
         """Totals over the calls: rounds, blocks averaged over, averaged
         blocks received, and the delivered shares."""
-        t, P = dict(self.totals), self.size
+        t: dict[str, float] = dict(self.totals)
+        P = self.size
         n = max(t["rounds"], 1)
         t["rs_delivered_share"] = (t["averaged_over"] - n) / (n * (P - 1)) \
             if P > 1 else 1.0
@@ -258,7 +274,7 @@ class RPSAverage:
             if P > 1 else 1.0
         return t
 
-    def close(self):
+    def close(self) -> None:
         """Collective: wait until every rank's messages were taken (a late
         one by its discard receive), then free.  Idempotent."""
         if self._closed:
@@ -276,10 +292,10 @@ class RPSAverage:
         lc.tags.give_back(self._tag0, 2)
         lc.release()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -22,10 +22,17 @@ Use plain SGD without momentum to match the paper's analysis::
         info = opt.step(grads_of(w, b, batch))     # an RPSRound
     opt.close()                                    # collective
 """
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Self
+
 import numpy as np
+import numpy.typing as npt
+from mpi4py import MPI
 
 from ..core.errors import ScheduleError
-from .average import RPSAverage
+from .average import RPSAverage, RPSRound
 
 MODES = ("model", "gradients")
 
@@ -88,8 +95,12 @@ class RPSOptimizer:
             :class:`~partialcoll.RPSAverage`.
     """
 
-    def __init__(self, optimizer, average="model", comm=None, seed=0,
-                 timeout=None, traffic_class=1):
+    last: RPSRound | None       # what the latest step's averaging did
+
+    def __init__(self, optimizer: Any, average: str = "model",
+                 comm: MPI.Comm | None = None, seed: int = 0,
+                 timeout: float | None = None,
+                 traffic_class: int = 1) -> None:
         self.optimizer, self.average = optimizer, check_mode(average)
         self.params = list(optimizer.params)
         self._view = FlatView(self.params)
@@ -97,7 +108,8 @@ class RPSOptimizer:
                                timeout=timeout, traffic_class=traffic_class)
         self.last = None
 
-    def step(self, grads):
+    def step(self, grads: Sequence[npt.NDArray[np.floating[Any]]]
+             ) -> RPSRound:
         """One training step; returns the averaging's
         :class:`~partialcoll.RPSRound`."""
         if len(grads) != len(self.params):
@@ -112,15 +124,15 @@ class RPSOptimizer:
             self._view.unpack_into(self.params)
         return self.last
 
-    def stats(self):
+    def stats(self) -> dict[str, float]:
         return self._avg.stats()
 
-    def close(self):
+    def close(self) -> None:
         """Collective: frees the averaging."""
         self._avg.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -1,12 +1,17 @@
 """Horovod's allreduce of tensors: ``hvd.allreduce``, the non-blocking
 ``allreduce_async`` with ``synchronize``/``poll``, and
 ``grouped_allreduce``: the average by default, or any reduction."""
+from __future__ import annotations
+
 import torch as _torch
+from mpi4py import MPI
 
 from ..collectives.allreduce import allreduce as _allreduce
 from ..collectives.allreduce import iallreduce as _iallreduce
 from ..core.checks import check_comm
 from ..core.errors import ArgumentTypeError
+from ..core.ops import OpLike
+from ..core.request import Request
 
 
 def _prepared(tensor, op, average, comm, what):
@@ -29,8 +34,10 @@ def _prepared(tensor, op, average, comm, what):
     return t, op, comm
 
 
-def allreduce(tensor, op="average", average=None, comm=None,
-              compression=None, name=None):
+def allreduce(tensor: _torch.Tensor, op: OpLike = "average",
+              average: bool | None = None, comm: MPI.Comm | None = None,
+              compression: str | None = None,
+              name: str | None = None) -> _torch.Tensor:
     """The average (or another reduction) of ``tensor`` over the ranks of
     ``comm`` (Horovod's ``hvd.allreduce``): a new tensor of the same shape,
     dtype and device; ``tensor`` is not modified.
@@ -69,8 +76,11 @@ def allreduce(tensor, op="average", average=None, comm=None,
     return _allreduce(t, op=_as_avg(op), comm=comm, compression=compression)
 
 
-def allreduce_async(tensor, op="average", average=None, comm=None,
-                    compression=None, name=None):
+def allreduce_async(tensor: _torch.Tensor, op: OpLike = "average",
+                    average: bool | None = None,
+                    comm: MPI.Comm | None = None,
+                    compression: str | None = None,
+                    name: str | None = None) -> Request:
     """Start :func:`allreduce` of ``tensor`` and return its handle at once
     (Horovod's ``hvd.allreduce_async``): :func:`synchronize` waits for it
     and returns the result, :func:`poll` says whether it is done.  The
@@ -87,20 +97,23 @@ def allreduce_async(tensor, op="average", average=None, comm=None,
     return _iallreduce(t, op=_as_avg(op), comm=comm, compression=compression)
 
 
-def synchronize(handle):
+def synchronize(handle: Request) -> _torch.Tensor:
     """Wait for a handle from :func:`allreduce_async` and return its result
     (Horovod's ``hvd.synchronize``)."""
     return _handle(handle).wait()
 
 
-def poll(handle):
+def poll(handle: Request) -> bool:
     """Whether the handle's allreduce is done, without waiting: then
     :func:`synchronize` returns at once (Horovod's ``hvd.poll``)."""
     return _handle(handle).test()
 
 
-def grouped_allreduce(tensors, op="average", average=None, comm=None,
-                      compression=None, name=None):
+def grouped_allreduce(tensors: list[_torch.Tensor] | tuple[_torch.Tensor, ...],
+                      op: OpLike = "average", average: bool | None = None,
+                      comm: MPI.Comm | None = None,
+                      compression: str | None = None,
+                      name: str | None = None) -> list[_torch.Tensor]:
     """:func:`allreduce` of each tensor of the list ``tensors``, all in
     flight together; returns the results in order (Horovod's
     ``hvd.grouped_allreduce``).  Every tensor is checked before any is

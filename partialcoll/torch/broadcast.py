@@ -20,16 +20,29 @@ ScheduleError on every rank when the ranks disagree (see
 call ``opt.flush()`` first if steps were taken (a rank inside a majority or
 quorum step may be waiting for you).
 """
+from __future__ import annotations
+
 import collections
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeAlias
 
 import torch
+from mpi4py import MPI
 
 from ..core.errors import ArgumentTypeError, ScheduleError
 from ..collectives.broadcast import (agree, broadcast_pickled, control_comm,
                                      root_argument)
 
 
-def broadcast_parameters(params, root_rank=0, comm=None, *, root=None):
+# what broadcast_parameters takes (see there)
+Parameters: TypeAlias = (Mapping[str, torch.Tensor]
+                          | Iterable[tuple[str, torch.Tensor]]
+                          | Iterable[torch.Tensor] | torch.nn.Module)
+
+
+def broadcast_parameters(params: Parameters, root_rank: int = 0,
+                         comm: MPI.Comm | None = None, *,
+                         root: int | None = None) -> None:
     """Copy ``root_rank``'s tensors into every rank's, in place
     (collective; Horovod's ``hvd.broadcast_parameters``).
 
@@ -58,6 +71,7 @@ def broadcast_parameters(params, root_rank=0, comm=None, *, root=None):
     mine = None if items is None else describe(items)
     everyone = agree(ctl, "broadcast_parameters", root_rank, mine, error)
     _same_tensors("broadcast_parameters", everyone, root_rank)
+    assert items is not None            # agree() raised the error otherwise
     with torch.no_grad():
         for _, t in items:
             bcast_tensor(ctl, t, root_rank)
@@ -258,8 +272,10 @@ def _same_layout(everyone, root_rank):
                         f"{why}")
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0, comm=None, *,
-                              root=None):
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer,
+                              root_rank: int = 0,
+                              comm: MPI.Comm | None = None, *,
+                              root: int | None = None) -> None:
     """Make every rank's optimizer state and hyper-parameters ``root_rank``'s,
     bit for bit (collective; Horovod's ``hvd.broadcast_optimizer_state``).
 
@@ -296,7 +312,7 @@ def broadcast_optimizer_state(optimizer, root_rank=0, comm=None, *,
     everyone = agree(ctl, "broadcast_optimizer_state", root_rank, mine,
                      error)
     _same_layout(everyone, root_rank)
-    tensors = []
+    tensors: list[torch.Tensor] = []
     skeleton = None
     if ctl.Get_rank() == root_rank:
         skeleton = _strip(optimizer.state_dict(), tensors)

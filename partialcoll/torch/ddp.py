@@ -1,14 +1,19 @@
 """eager-SGD as a ``DistributedDataParallel`` communication hook
 (:class:`EagerHook`, :func:`eager_comm_hook`), for DDP users who keep their
 optimizer; the optimizer wrapper is in :mod:`partialcoll.torch.optimizer`."""
+from __future__ import annotations
+
 import logging
+from typing import Any
 
 import torch
+from mpi4py import MPI
 
 from ..core import logs
 from ..core.errors import ArgumentTypeError, ScheduleError
 from ..eager.agreement import refuse_setup
 from ..eager.core import SYNC_MODES, EagerAverager
+from ..eager.front import StepInfo
 from .params import backward_order, host_view, np_dtype, set_grads
 from .overlap import DEFAULT_BUCKET_BYTES
 
@@ -59,8 +64,15 @@ class EagerHook:
     and the bucket rebuild after the first iteration.
     """
 
-    def __init__(self, model, mode="solo", sync_every=None, comm=None, seed=0,
-                 *, bucket_bytes=None, overlap=True, compression=None):
+    averager: EagerAverager
+    overlap: bool
+    buckets: int        # DDP buckets in the latest step
+
+    def __init__(self, model: torch.nn.Module, mode: str | int = "solo",
+                 sync_every: int | None = None,
+                 comm: MPI.Comm | None = None, seed: int = 0, *,
+                 bucket_bytes: int | None = None, overlap: bool = True,
+                 compression: str | None = None) -> None:
         # A bad argument on one rank must not leave the others waiting in
         # the averager's agreement: refuse_setup() joins it and raises there.
         try:
@@ -139,7 +151,7 @@ class EagerHook:
                 self._reset()
         return fut
 
-    def flush(self, optimizer):
+    def flush(self, optimizer: torch.optim.Optimizer) -> StepInfo | None:
         """Collective: average everything still pending and apply it with
         one extra ``optimizer.step()`` (on every rank, or on none).
         Returns the StepInfo or None."""
@@ -150,17 +162,17 @@ class EagerHook:
         optimizer.step()
         return out[1]
 
-    def close(self, optimizer):
+    def close(self, optimizer: torch.optim.Optimizer) -> StepInfo | None:
         """Collective: flush (applied with ``optimizer``), then free."""
         info = self.flush(optimizer)
         self.averager.close()
         return info
 
     @property
-    def last_step(self):
+    def last_step(self) -> StepInfo | None:
         return self.averager.last
 
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         return self.averager.stats()
 
 
@@ -186,6 +198,11 @@ def _warn_ddp_sync_points(model, module, mode, rank):
               "now and then with pct.synchronize_model", mode, buffers)
 
 
+# Not annotated: DDP's register_comm_hook compares a hook's annotations with
+# the objects dist.GradBucket and Future[Tensor] when it registers it (the
+# strings of postponed annotations fail that), and evaluating them here
+# would need a torch built with torch.distributed to import this module.
+# state: an EagerHook; bucket: a dist.GradBucket; returns a Future[Tensor]
 def eager_comm_hook(state, bucket):
     """The function to register with ``ddp.register_comm_hook(state, ...)``;
     ``state`` is an :class:`EagerHook`."""

@@ -10,20 +10,28 @@ and its launcher (``mpiexec -n 4 python -m mpi4py train.py`` for
 ``horovodrun -np 4 python train.py``).  :func:`init_process_group` gives a
 ``torch.distributed`` script its process group from the MPI ranks, in one
 call."""
+from __future__ import annotations
+
 import datetime
 import os
 import socket
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
 from ..core.checks import check_comm, require_thread_multiple
 from ..core.errors import ArgumentTypeError, ScheduleError
+from ..core.ops import OpLike
 from .optimizer import EagerOptimizer
 
-_local = None           # the shared-memory communicator of this host
+if TYPE_CHECKING:
+    import torch
+
+_local: MPI.Comm | None = None      # this host's shared-memory comm
 
 
-def init(comm=None):
+def init(comm: None = None) -> None:
     """Horovod's ``hvd.init()``: MPI is initialised by mpi4py when partialcoll
     is imported, so this only checks that it runs with
     ``MPI_THREAD_MULTIPLE`` and finds this host's ranks for
@@ -41,28 +49,28 @@ def init(comm=None):
         _local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
 
 
-def is_initialized():
+def is_initialized() -> bool:
     """Whether :func:`init` was called."""
     return _local is not None
 
 
-def rank():
+def rank() -> int:
     """This process's rank in ``MPI.COMM_WORLD`` (``hvd.rank()``)."""
     return MPI.COMM_WORLD.rank
 
 
-def size():
+def size() -> int:
     """The number of processes in ``MPI.COMM_WORLD`` (``hvd.size()``)."""
     return MPI.COMM_WORLD.size
 
 
-def local_rank():
+def local_rank() -> int:
     """This process's rank among the processes on its host
     (``hvd.local_rank()``): the GPU to pin.  Needs :func:`init`."""
     return _host().rank
 
 
-def local_size():
+def local_size() -> int:
     """The number of processes on this host (``hvd.local_size()``).
     Needs :func:`init`."""
     return _host().size
@@ -75,15 +83,19 @@ def _host():
     return _local
 
 
-def mpi_threads_supported():
+def mpi_threads_supported() -> bool:
     """True: partialcoll runs only with ``MPI_THREAD_MULTIPLE``."""
     return True
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
-                         backward_passes_per_step=1, op="average",
-                         gradient_predivide_factor=1.0, *, comm=None,
-                         num_groups=0, groups=None, sparse_as_dense=False):
+def DistributedOptimizer(
+        optimizer: torch.optim.Optimizer,
+        named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None,
+        compression: str | None = None, backward_passes_per_step: int = 1,
+        op: OpLike = "average", gradient_predivide_factor: float = 1.0, *,
+        comm: MPI.Comm | None = None, num_groups: int = 0,
+        groups: None = None, sparse_as_dense: bool = False
+        ) -> EagerOptimizer:
     """Horovod's ``hvd.DistributedOptimizer``: synchronous data parallelism,
     the gradients averaged (``op="average"``, or summed: ``"sum"``) by a
     full allreduce every step.  Returns an :class:`EagerOptimizer` in mode
@@ -107,7 +119,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
         compression=compression)
 
 
-def init_process_group(backend="gloo", comm=None, timeout=None):
+def init_process_group(backend: str = "gloo", comm: MPI.Comm | None = None,
+                       timeout: float | datetime.timedelta | None = None
+                       ) -> torch.distributed.ProcessGroup | None:
     """Set up ``torch.distributed``'s default process group over the ranks
     of ``comm`` (default ``MPI.COMM_WORLD``), with no launcher of torch's:
     rank 0 picks the rendezvous address and a free port and sends them to
@@ -144,7 +158,7 @@ def init_process_group(backend="gloo", comm=None, timeout=None):
             s.bind(("", 0))             # backend binds it a moment later)
             where = (addr, s.getsockname()[1])
     addr, port = comm.bcast(where, root=0)
-    kwargs = {} if timeout is None else {"timeout": timeout}
+    kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}",
                             rank=comm.rank, world_size=comm.size, **kwargs)
     return dist.group.WORLD

@@ -1,6 +1,8 @@
 """``synchronize_model``: average a model's parameters and buffers across
 the ranks (for a model that drifted, or after loading a checkpoint on one
 rank)."""
+from __future__ import annotations
+
 import torch
 from mpi4py import MPI
 
@@ -55,7 +57,8 @@ def _check_same(comm, items, problem, what):
                                 f"(first differences: {diff[:4]})")
 
 
-def synchronize_model(model, comm=None):
+def synchronize_model(model: torch.nn.Module,
+                      comm: MPI.Comm | None = None) -> None:
     """Average ``model``'s floating-point parameters and buffers across the
     ranks of ``comm`` (collective).  Integer buffers take rank 0's value.
     bfloat16 and float16 tensors are averaged in float32 and rounded back.

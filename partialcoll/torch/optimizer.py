@@ -20,10 +20,14 @@ and ``synchronize_model``, device tensors are copied to the host and back.
 The broadcasts (``broadcast_parameters``, ``broadcast_optimizer_state``)
 live in :mod:`partialcoll.torch.broadcast`.
 """
+from __future__ import annotations
+
 import contextlib
 import inspect
 import logging
 import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Self, overload
 
 import torch
 from mpi4py import MPI
@@ -31,9 +35,10 @@ from mpi4py import MPI
 from ..core import logs
 from ..core.checks import check_comm
 from ..core.errors import ArgumentTypeError, ScheduleError
+from ..core.ops import OpLike
 from ..eager.agreement import refuse_setup
 from ..eager.core import SYNC_MODES, EagerAverager
-from ..eager.front import AveragerFront
+from ..eager.front import AveragerFront, StepInfo
 from .accumulation import LocalSum
 from .overlap import DEFAULT_BUCKET_BYTES, Overlap, hooks_available
 from .params import (backward_order, check_named, cupy_stream, forward_order,
@@ -47,12 +52,12 @@ def _delegated(name):
     it goes to a scratch attribute that is then dropped."""
     scratch = "_scratch_" + name
 
-    def get(self):
+    def get(self: Any) -> Any:
         if self.__dict__.get("_building"):
             return self.__dict__[scratch]
         return getattr(self.optimizer, name)
 
-    def put(self, value):
+    def put(self: Any, value: Any) -> None:
         if self.__dict__.get("_building"):
             self.__dict__[scratch] = value
         else:
@@ -163,18 +168,30 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
     rank's next step (see :meth:`partialcoll.eager.EagerAverager.abandon`).
     """
 
-    def __new__(cls, optimizer=None, *args, **kwargs):
+    averager: EagerAverager
+    optimizer: torch.optim.Optimizer
+    backward_passes_per_step: int
+
+    def __new__(cls, optimizer: Any = None, *args: Any,
+                **kwargs: Any) -> Self:
         if (cls is EagerOptimizer
                 and isinstance(optimizer, torch.optim.Optimizer)
                 and not isinstance(optimizer, EagerOptimizer)):
             cls = _eager_class(type(optimizer))
         return super().__new__(cls)
 
-    def __init__(self, optimizer, named_parameters=None, mode="solo",
-                 sync_every=None, comm=None, bucket_bytes=None, seed=0, *,
-                 priorities=None, partition_bytes=None, op="average",
-                 gradient_predivide_factor=1.0, backward_passes_per_step=1,
-                 overlap=None, compression=None):
+    def __init__(self, optimizer: torch.optim.Optimizer,
+                 named_parameters: Iterable[tuple[str, torch.Tensor]]
+                 | None = None,
+                 mode: str | int = "solo", sync_every: int | None = None,
+                 comm: MPI.Comm | None = None,
+                 bucket_bytes: int | None = None, seed: int = 0, *,
+                 priorities: Mapping[str, float] | None = None,
+                 partition_bytes: int | None = None, op: OpLike = "average",
+                 gradient_predivide_factor: float = 1.0,
+                 backward_passes_per_step: int = 1,
+                 overlap: bool | None = None,
+                 compression: str | None = None) -> None:
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ArgumentTypeError(f"EagerOptimizer wraps a "
                                     f"torch.optim.Optimizer, not "
@@ -213,7 +230,10 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         self._building = True
         torch.optim.Optimizer.__init__(self, optimizer.param_groups,
                                        optimizer.defaults)
-        del self._building, self._scratch_param_groups, self._scratch_state
+        del self._building
+        # set through __dict__ (see _delegated): unknown to type checkers
+        del self._scratch_param_groups  # type: ignore[attr-defined]
+        del self._scratch_state  # type: ignore[attr-defined]
         self._gpu, device = gpu_of(named), None
         if self._gpu is not None:
             import cupy
@@ -269,11 +289,11 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         return False
 
     @property
-    def overlap(self):
+    def overlap(self) -> bool:
         """Whether reductions start during backward (see ``overlap``)."""
         return self._overlap is not None
 
-    def add_param_group(self, param_group):
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
         if getattr(self, "_ready", False):
             raise ScheduleError("cannot add a parameter group to an "
                                 "EagerOptimizer (its gradients would not be "
@@ -281,7 +301,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
                                 "wrapping")
         super().add_param_group(param_group)
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load into the wrapped optimizer (its state is this one's)."""
         self.optimizer.load_state_dict(state_dict)
 
@@ -289,7 +309,14 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         set_grads(self._named, averaged)
         self.optimizer.step()
 
-    def step(self, closure=None):
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
+
+    def step(self, closure: Callable[[], float] | None = None
+             ) -> float | None:
         """Average the gradients (partial allreduce) and step the wrapped
         optimizer.  Returns the closure's loss, if given.
 
@@ -420,7 +447,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             self._local.drop()
         return True
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
         """The wrapped optimizer's ``zero_grad``; with overlap, after a
         backward whose step was not taken, that step is given up first
         (see the class docstring)."""
@@ -428,7 +455,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             self._next_step()
         super().zero_grad(set_to_none)
 
-    def flush(self):
+    def flush(self) -> StepInfo | None:
         """Collective: apply every gradient still pending on any rank, as
         one extra optimizer step on every rank (on none when nothing is
         pending anywhere).  Returns its StepInfo or None.  With overlap, a
@@ -438,7 +465,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             self._next_step()
         return super().flush()
 
-    def synchronize(self):
+    def synchronize(self) -> StepInfo | None:
         """Reduce the gradients now and write their averages into ``.grad``
         (Horovod's ``optimizer.synchronize()``), so they can be clipped or
         inspected before ``step()``; apply them with ``step()`` inside
@@ -458,7 +485,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         return self.averager.last
 
     @contextlib.contextmanager
-    def skip_synchronize(self):
+    def skip_synchronize(self) -> Iterator[Self]:
         """Context manager: a ``step()`` inside it does not reduce the
         gradients (after :meth:`synchronize` they are reduced already)::
 
@@ -473,7 +500,7 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
         finally:
             self._skipping = False
 
-    def close(self):
+    def close(self) -> StepInfo | None:
         """Collective: flush (applied), then free the communication
         resources and the gradient hooks.  Idempotent."""
         if self.averager.closed:
@@ -507,20 +534,22 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
             set_grads(self._named, averaged)
 
     @property
-    def mode(self):
+    def mode(self) -> str | int:
         return self.averager.mode
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"EagerOptimizer(mode={self.mode!r}, {self.optimizer!r})"
 
 
 # __new__ takes (optimizer=None, *args, **kwargs): without this, help(),
-# editors and inspect.signature would show that instead of __init__'s
-EagerOptimizer.__signature__ = inspect.signature(
-    EagerOptimizer.__init__).replace(parameters=list(inspect.signature(
-        EagerOptimizer.__init__).parameters.values())[1:])
+# editors and inspect.signature would show that instead of __init__'s (a
+# class attribute type checkers do not know of)
+EagerOptimizer.__signature__ = (  # type: ignore[attr-defined]
+    inspect.signature(EagerOptimizer.__init__).replace(
+        parameters=list(inspect.signature(
+            EagerOptimizer.__init__).parameters.values())[1:]))
 
-_CLASSES = weakref.WeakKeyDictionary()
+_CLASSES: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
 
 
 def _eager_class(inner):
@@ -539,10 +568,10 @@ def _eager_class(inner):
     return cls
 
 
-_OPTIMIZERS = weakref.WeakSet()
+_OPTIMIZERS: weakref.WeakSet[EagerOptimizer] = weakref.WeakSet()
 
 
-def live_optimizers(comm):
+def live_optimizers(comm: MPI.Comm) -> list[EagerOptimizer]:
     """Open EagerOptimizers over the ranks of ``comm``, in creation order
     (the same on every rank)."""
     same = (MPI.IDENT, MPI.CONGRUENT)

@@ -9,12 +9,18 @@
 
 CPU parameters of float32 or float64 (the averaging works on NumPy views of
 them, without copies of the tensors themselves)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import torch
+from mpi4py import MPI
 
 from ..core.errors import ScheduleError
 from ..rps.optim import FlatView, check_mode
-from ..rps.average import RPSAverage
+from ..rps.average import RPSAverage, RPSRound
 
 
 class RPSOptimizer:
@@ -22,8 +28,12 @@ class RPSOptimizer:
     and an averaging over an unreliable network.  Other attributes
     (``param_groups``, ``state_dict``, ...) are the wrapped optimizer's."""
 
-    def __init__(self, optimizer, average="model", comm=None, seed=0,
-                 timeout=None, traffic_class=1):
+    last: RPSRound | None       # what the latest step's averaging did
+
+    def __init__(self, optimizer: torch.optim.Optimizer,
+                 average: str = "model", comm: MPI.Comm | None = None,
+                 seed: int = 0, timeout: float | None = None,
+                 traffic_class: int = 1) -> None:
         self.optimizer, self.average = optimizer, check_mode(average)
         self.params = [p for g in optimizer.param_groups for p in g["params"]
                        if p.requires_grad]
@@ -39,7 +49,8 @@ class RPSOptimizer:
                                timeout=timeout, traffic_class=traffic_class)
         self.last = None
 
-    def step(self, closure=None):
+    def step(self, closure: Callable[[], float] | None = None
+             ) -> float | None:
         """The local step and the averaging; returns the closure's loss."""
         if self.average == "gradients":
             grads = [p.grad.detach().numpy() if p.grad is not None else
@@ -58,15 +69,15 @@ class RPSOptimizer:
                 self._view.unpack_into(self._views)
         return loss
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
-    def stats(self):
+    def stats(self) -> dict[str, float]:
         return self._avg.stats()
 
-    def close(self):
+    def close(self) -> None:
         """Collective: frees the averaging."""
         self._avg.close()
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.optimizer, name)

@@ -71,9 +71,12 @@ What it does not model: queueing and buffers inside switches, congestion
 control, and several hosts (all ranks share one clock and one shared-memory
 segment, so it runs on one machine only).
 """
+from __future__ import annotations
+
 import hashlib
 import math
 import os
+from typing import Any
 
 from mpi4py import MPI
 
@@ -82,16 +85,16 @@ from . import network_schema
 from ..core.errors import ArgumentTypeError, ScheduleError
 from ..core.checks import check_comm
 
-_state = {"config": None, "generation": 0}
+_state: dict[str, Any] = {"config": None, "generation": 0}
 
 
-def rate(value, what="rate"):
+def rate(value: str | float, what: str = "rate") -> float:
     """Bytes per second from '10 MB/s', '2.5 MiB/s', '1 Gb/s', a number, or
     'unlimited' (returns math.inf): :func:`partialcoll.core.units.rate`."""
     return units.rate(value, what)
 
 
-def seconds(value, what="time"):
+def seconds(value: str | float, what: str = "time") -> float:
     """Seconds from '1 ms', '250 us', '2 s', '0' (zero needs no unit) or a
     number of seconds: :func:`partialcoll.core.units.duration`."""
     return units.duration(value, what)
@@ -132,7 +135,7 @@ def _traces(cfg, P):
     return out
 
 
-def normalise(cfg, nranks):
+def normalise(cfg: dict[str, Any], nranks: int) -> dict[str, Any]:
     """Check a parsed description (a dict, as from TOML) for ``nranks``
     ranks; returns the normalised dict every rate/probability resolved."""
     if not isinstance(cfg, dict):
@@ -228,7 +231,8 @@ def _text(n, shm):
     return "\n".join(lines) + "\n"
 
 
-def load(source):
+def load(source: dict[str, Any] | str | os.PathLike[str]
+         ) -> dict[str, Any]:
     """A description from a TOML path or a dict (not yet checked)."""
     if isinstance(source, dict):
         return source
@@ -253,7 +257,8 @@ def _install(n, generation):
     _state["config"] = n
 
 
-def enable(source, comm=None):
+def enable(source: dict[str, Any] | str | os.PathLike[str],
+           comm: MPI.Comm | None = None) -> dict[str, Any]:
     """Put every library communicator of the process on an emulated network.
 
     Collective over ``comm`` (default ``MPI.COMM_WORLD``, which the network
@@ -275,7 +280,7 @@ def enable(source, comm=None):
     return n
 
 
-def disable(comm=None):
+def disable(comm: MPI.Comm | None = None) -> None:
     """Back to plain MPI (collective, no message in flight)."""
     comm = check_comm(comm)
     comm.Barrier()
@@ -284,12 +289,13 @@ def disable(comm=None):
     comm.Barrier()
 
 
-def current():
+def current() -> dict[str, Any] | None:
     """The normalised description in use, or None (plain MPI)."""
     return _state["config"]
 
 
-def nic_rate(rank, nic="out", t=None):
+def nic_rate(rank: int, nic: str = "out",
+             t: float | None = None) -> tuple[float, float]:
     """The rate (bytes/s, inf when unlimited) the network gives rank's
     outgoing or incoming NIC at time t (default now; traces included), and
     the network's time zero (traces redraw at t0 + k * every)."""

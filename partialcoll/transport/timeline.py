@@ -20,11 +20,15 @@ Reading one back: ``tl = load("trace.json")``, then ``tl.transfers()``
 (one row per message: who, when it was released, on the wire, delivered),
 ``tl.out_of_order(...)`` and ``tl.link_busy(...)``; see :class:`Timeline`.
 """
+from __future__ import annotations
+
 import json
 import math
 import os
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from mpi4py import MPI
 
 from ..core import engine, env, libcomm
@@ -44,10 +48,10 @@ if engine.record_timeline(False) != EVENT_DTYPE.itemsize:
     raise ImportError("partialcoll._core and timeline.py disagree on the "
                       "event layout: rebuild the extension")
 
-_state = {"path": None, "chunks": [], "on": False}
+_state: dict[str, Any] = {"path": None, "chunks": [], "on": False}
 
 
-def enable(path=None):
+def enable(path: str | os.PathLike[str] | None = None) -> None:
     """Start recording; ``path``: where the merged trace is written at exit
     (default: nowhere; read the events with :func:`events` or write them
     with :func:`write`)."""
@@ -61,18 +65,18 @@ def enable(path=None):
     engine.record_timeline(True)
 
 
-def disable():
+def disable() -> None:
     """Stop recording (what was recorded stays until :func:`clear`)."""
     _state["on"] = False
     engine.record_timeline(False)
 
 
-def enabled():
+def enabled() -> bool:
     """Whether events are being recorded."""
     return _state["on"]
 
 
-def raw():
+def raw() -> npt.NDArray[np.void]:
     """Every event recorded by this process so far (a structured array)."""
     data = engine.take_timeline()
     if data:
@@ -84,7 +88,7 @@ def raw():
     return _state["chunks"][0]
 
 
-def clear():
+def clear() -> None:
     """Forget the events recorded so far by this process."""
     raw()
     _state["chunks"] = []
@@ -103,13 +107,14 @@ def _decode(row, rank=None):
     return d
 
 
-def events():
+def events() -> list[dict[str, Any]]:
     """This process's events as dicts (see the module docstring)."""
     return [_decode(r) for r in raw()]
 
 
 # ---- merging and writing ---------------------------------------------------
-def write(path, comm=None):
+def write(path: str | os.PathLike[str], comm: MPI.Comm | None = None
+          ) -> str | os.PathLike[str] | None:
     """Collective over ``comm`` (default COMM_WORLD): gather every rank's
     events and write one Chrome trace JSON at ``path`` on rank 0."""
     comm = check_comm(comm)
@@ -118,6 +123,7 @@ def write(path, comm=None):
     everyone = comm.gather((world, mine.tobytes()), root=0)
     if comm.Get_rank() != 0:
         return None
+    assert everyone is not None          # gathered at rank 0
     per_rank = {r: np.frombuffer(b, EVENT_DTYPE) for r, b in everyone}
     trace = to_chrome(per_rank)
     tmp = f"{path}.tmp{os.getpid()}"
@@ -128,7 +134,7 @@ def write(path, comm=None):
 
 
 @libcomm.register("at_exit")
-def write_at_exit():
+def write_at_exit() -> None:
     """Exit hook (every rank, after partial objects quiesced): writes the
     merged trace if a path was given (PARTIALCOLL_TIMELINE or
     enable(path))."""
@@ -162,7 +168,7 @@ def _spans(rank, evs, t0):
     return out
 
 
-def to_chrome(per_rank):
+def to_chrome(per_rank: dict[int, npt.NDArray[np.void]]) -> dict[str, Any]:
     """Chrome trace (dict) from {world rank: event array}."""
     allt = [a["t"].min() for a in per_rank.values() if len(a)]
     t0 = min(allt) if allt else 0.0
@@ -192,12 +198,12 @@ def to_chrome(per_rank):
                             ts=(x["delivered"] - t0) * 1e6))
     rows = {str(r): a.tolist() for r, a in per_rank.items()}
     return {"traceEvents": out, "displayTimeUnit": "ms",
-            "partialcoll": {"fields": list(EVENT_DTYPE.names), "t0": t0,
+            "partialcoll": {"fields": list(EVENT_DTYPE.names or ()), "t0": t0,
                             "events": rows}}
 
 
 # ---- reading ---------------------------------------------------------------
-def load(path):
+def load(path: str | os.PathLike[str]) -> Timeline:
     """A :class:`Timeline` from a file written by :func:`write`."""
     with open(path) as f:
         data = json.load(f)["partialcoll"]
@@ -210,16 +216,16 @@ class Timeline:
     """Events of every rank ({world rank: event array}), with the figures
     the network experiments need."""
 
-    def __init__(self, per_rank):
+    def __init__(self, per_rank: dict[int, npt.NDArray[np.void]]) -> None:
         self.per_rank = per_rank
 
-    def events(self):
+    def events(self) -> list[dict[str, Any]]:
         """Every rank's events as dicts (see the module docstring), with
         their ``rank``, rank by rank."""
         return [_decode(r, rank) for rank, a in sorted(self.per_rank.items())
                 for r in a]
 
-    def transfers(self):
+    def transfers(self) -> list[dict[str, Any]]:
         """One dict per data message (stamped control messages excluded):
         src, dst, tag, bytes, prio, round, sched, op; times ``gated``
         (NaN if it never waited), ``released`` (handed to the wire),
@@ -227,7 +233,8 @@ class Timeline:
         ``delivered`` (the receive completed, NaN if it never did) and the
         receive's ``outcome``.  Sends and receives are paired in order per
         (src, dst, tag), as MPI matches them."""
-        sends, recvs = {}, {}
+        sends: dict[tuple[int, ...], dict[str, Any]] = {}
+        recvs: dict[tuple[int, int, int], list[tuple[float, str, int]]] = {}
         for rank, a in self.per_rank.items():
             for e in a:
                 name = EVENT_NAMES.get(int(e["ev"]))
@@ -249,7 +256,7 @@ class Timeline:
                     recvs.setdefault((int(e["peer"]), rank, int(e["tag"])),
                                      []).append((float(e["t"]), name,
                                                  int(e["sched"])))
-        pairs = {}
+        pairs: dict[tuple[int, int, int], list[dict[str, Any]]] = {}
         for d in sorted(sends.values(), key=lambda d: d["released"]):
             pairs.setdefault((d["src"], d["dst"], d["tag"]), []).append(d)
         out = []
@@ -263,14 +270,14 @@ class Timeline:
                 out.append(d)
         return sorted(out, key=lambda d: d["released"])
 
-    def out_of_order(self, src=None):
+    def out_of_order(self, src: int | None = None) -> tuple[int, int]:
         """Share of transfers that left a rank while a transfer to the same
         destination with a lower priority number was already waiting for
         it (gated before, released after).  Counts only transfers that had
         something waiting; returns (out_of_order, compared)."""
         xs = [x for x in self.transfers() if src is None or x["src"] == src]
         bad = compared = 0
-        by_link = {}
+        by_link: dict[tuple[int, int], list[dict[str, Any]]] = {}
         for x in xs:
             by_link.setdefault((x["src"], x["dst"]), []).append(x)
         for link in by_link.values():
@@ -284,7 +291,8 @@ class Timeline:
                 bad += any(y["prio"] < x["prio"] for y in waiting)
         return bad, compared
 
-    def link_busy(self, src, t0=None, t1=None):
+    def link_busy(self, src: int, t0: float | None = None,
+                  t1: float | None = None) -> tuple[float, int]:
         """Share of [t0, t1] during which rank src's emulated outgoing NIC
         carried at least one message, and the bytes it carried."""
         spans = sorted((x["wire_start"], x["wire_end"], x["bytes"])

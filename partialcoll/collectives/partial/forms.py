@@ -27,15 +27,19 @@ What remains the user's job: an mpi4py collective (``comm.Barrier()``,
 ``comm.allreduce``) cannot be intercepted; call ``flush_partials(comm)``
 first, or use the context manager around the loop.
 """
+from __future__ import annotations
+
 import collections
+from typing import Self
 
 import numpy as np
 from mpi4py import MPI
 
 from ...core import arrays, devices, libcomm
+from ...core.buffers import Buffer
 from ...core.checks import check_comm
 from ...core.errors import ScheduleError
-from ...core.ops import OPS, as_op
+from ...core.ops import OPS, OpLike, as_op
 from .handles import deliver, make_rounds
 from .result import PartialResult
 from .rounds import open_rounds
@@ -233,7 +237,8 @@ def _settle(comm, close):
     return out
 
 
-def flush_partials(comm=None):
+def flush_partials(comm: MPI.Comm | None = None
+                   ) -> list[tuple[str, PartialResult]]:
     """Collective: a synchronous round on every open partial collective
     object on ``comm`` (None: on every communicator, in creation order):
     objects you made, objects dropped without ``close()``, and the function
@@ -255,7 +260,8 @@ def flush_partials(comm=None):
     return _settle(comm, close=False)
 
 
-def close_partials(comm=None):
+def close_partials(comm: MPI.Comm | None = None
+                   ) -> list[tuple[str, PartialResult]]:
     """Collective: close every open partial collective object on ``comm``
     (None: on every communicator), in creation order: objects you made
     (their handles then say ``closed``), objects dropped without
@@ -278,17 +284,21 @@ class partials:
         comm.Barrier()
     """
 
-    def __init__(self, comm=None):
+    results: list[tuple[str, PartialResult]] | None
+
+    def __init__(self, comm: MPI.Comm | None = None) -> None:
         self.comm, self.results = comm, None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.results = close_partials(self.comm)
 
 
-def solo_allreduce(sendbuf, recvbuf=None, op=SUM, comm=None):
+def solo_allreduce(sendbuf: Buffer, recvbuf: Buffer = None,
+                   op: OpLike = SUM,
+                   comm: MPI.Comm | None = None) -> PartialResult:
     """Solo allreduce for mpi4py programs: reuses one persistent
     :class:`SoloAllreduce` per (comm, shape, dtype, op) (see the module
     docstring for flushing, closing and the cache).  Returns a
@@ -303,7 +313,9 @@ def solo_allreduce(sendbuf, recvbuf=None, op=SUM, comm=None):
     return _function_form("solo", "SoloAllreduce", sendbuf, recvbuf, op, comm)
 
 
-def majority_allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, seed=0):
+def majority_allreduce(sendbuf: Buffer, recvbuf: Buffer = None,
+                       op: OpLike = SUM, comm: MPI.Comm | None = None,
+                       seed: int = 0) -> PartialResult:
     """Majority allreduce for mpi4py programs (see :func:`solo_allreduce`).
     Before an mpi4py collective on the same ranks, call
     :func:`flush_partials` (or use :class:`partials`)."""
@@ -311,7 +323,9 @@ def majority_allreduce(sendbuf, recvbuf=None, op=SUM, comm=None, seed=0):
                           op, comm, seed=seed)
 
 
-def quorum_allreduce(sendbuf, quorum, recvbuf=None, op=SUM, comm=None):
+def quorum_allreduce(sendbuf: Buffer, quorum: int, recvbuf: Buffer = None,
+                     op: OpLike = SUM,
+                     comm: MPI.Comm | None = None) -> PartialResult:
     """Quorum(k) allreduce for mpi4py programs (see
     :func:`majority_allreduce`)."""
     return _function_form("quorum", "QuorumAllreduce", sendbuf, recvbuf, op,

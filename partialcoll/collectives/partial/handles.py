@@ -6,19 +6,24 @@ in :mod:`.kinds`), in a registry of open objects, so that a handle dropped
 without ``close()`` does not pull the schedule from under the other ranks
 (it stays open until a collective close, and a warning says so).
 """
+from __future__ import annotations
+
 import weakref
+from typing import Any, Self
 
 import numpy as np
 from mpi4py import MPI
 
 from ...core import arrays, devices
+from ...core.buffers import Buffer
 from ...core.checks import check_comm, check_int, require_thread_multiple
 from ...core.errors import ScheduleError
-from ...core.ops import OPS, as_op
+from ...core.ops import OPS, Op, OpLike, as_op
 from ...core.request import Request
 from ..staging import check_compression, wire_dtype
 from .rounds import dropped
 from .kinds import KINDS
+from .result import PartialResult
 
 SUM = OPS["SUM"]
 
@@ -98,11 +103,24 @@ class PartialAllreduce:
     ``catch_up``, ``sync_every``, ``seed``, ``quorum``, ``compression``.
     """
 
-    kind = None
+    kind: str | None = None
+    shape: tuple[int, ...]
+    dtype: Any          # a NumPy dtype, or core.arrays.BFLOAT16
+    op: Op
+    comm: MPI.Comm
+    catch_up: bool
+    seed: int
+    sync_every: int | None
+    quorum: int | None
+    size: int
+    rank: int
+    compression: str | None
 
-    def __init__(self, like, op=SUM, comm=None, catch_up=True, sync_every=None,
-                 *, quorum=None, seed=0, algorithm=None, priority=0,
-                 compression=None):
+    def __init__(self, like: Buffer, op: OpLike = SUM,
+                 comm: MPI.Comm | None = None, catch_up: bool = True,
+                 sync_every: int | None = None, *, quorum: int | None = None,
+                 seed: int = 0, algorithm: str | None = None,
+                 priority: int = 0, compression: str | None = None) -> None:
         if self.kind is None:
             raise TypeError("PartialAllreduce is the base class: make a "
                             "SoloAllreduce, MajorityAllreduce or "
@@ -119,26 +137,26 @@ class PartialAllreduce:
         self._finalizer = weakref.finalize(self, dropped, self._rounds)
         self._finalizer.atexit = False
 
-    def __call__(self, sendbuf):
+    def __call__(self, sendbuf: Buffer) -> PartialResult:
         """Contribute ``sendbuf`` and return a :class:`PartialResult`
         whose ``data`` is of ``sendbuf``'s type (a torch tensor for a torch
         tensor) and of this object's dtype."""
         return self.start(sendbuf).wait()
 
-    def start(self, sendbuf):
+    def start(self, sendbuf: Buffer) -> Request:
         """Non-blocking form: returns a request with ``test()``/``wait()``."""
         r = self._rounds
         x, kind = r.take_buffer(sendbuf)
         return _Delivering(r, r.start(x), kind)
 
-    def flush(self):
+    def flush(self) -> PartialResult:
         """A synchronous round that every rank calls: returns everything
         still pending (every rank's deposits, and the rounds this rank has
         not observed) as a :class:`PartialResult` (``data`` of ``like``'s
         type)."""
         return deliver(self._rounds, self._rounds.flush())
 
-    def close(self):
+    def close(self) -> PartialResult | None:
         """Collective: a final synchronous round (so nothing pending is
         lost: its :class:`PartialResult` is returned), then free everything.
         Idempotent."""
@@ -146,7 +164,7 @@ class PartialAllreduce:
         self._finalizer.detach()
         return res
 
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         """The straggler report (Horovod's stall inspector, for a partial
         collective): every round records which ranks' data was fresh, so
         this returns ``rounds`` (plain rounds completed here; the rounds
@@ -164,17 +182,17 @@ class PartialAllreduce:
         return self._rounds.stats()
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         """Whether the object is closed."""
         return self._rounds.closed
 
     @property
-    def rounds(self):
+    def rounds(self) -> int:
         """Rounds completed by this rank's schedule so far."""
         return self._rounds.rounds
 
     @property
-    def label(self):
+    def label(self) -> str:
         """This object's name in :func:`~partialcoll.flush_partials` and
         :func:`~partialcoll.close_partials` results and in warnings
         (default ``"SoloAllreduce #3"``: the kind and the object's number
@@ -182,18 +200,18 @@ class PartialAllreduce:
         return self._rounds.label
 
     @label.setter
-    def label(self, value):
+    def label(self, value: object) -> None:
         self._rounds.label = str(value)
 
     @property
-    def started(self):
+    def started(self) -> int:
         """Rounds started on this rank so far (completed, or running)."""
         return self._rounds.started()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -205,11 +223,11 @@ class _Delivering(Request):
         self._rounds, self._request, self._kind = rounds, request, kind
         self._res = None
 
-    def test(self):
+    def test(self) -> bool:
         """True when the round completed (``wait()`` then returns at once)."""
         return self._res is not None or self._request.test()
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: float | None = None) -> PartialResult:
         """Wait for the round and return the :class:`PartialResult`."""
         if self._res is None:
             self._res = deliver(self._rounds, self._request.wait(timeout),
@@ -246,9 +264,11 @@ class QuorumAllreduce(PartialAllreduce):
 
     kind = "quorum"
 
-    def __init__(self, like, quorum, op=SUM, comm=None, catch_up=True,
-                 sync_every=None, *, algorithm=None, priority=0,
-                 compression=None):
+    def __init__(self, like: Buffer, quorum: int, op: OpLike = SUM,
+                 comm: MPI.Comm | None = None, catch_up: bool = True,
+                 sync_every: int | None = None, *,
+                 algorithm: str | None = None, priority: int = 0,
+                 compression: str | None = None) -> None:
         super().__init__(like, op, comm, catch_up, sync_every, quorum=quorum,
                          algorithm=algorithm, priority=priority,
                          compression=compression)

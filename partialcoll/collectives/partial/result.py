@@ -1,4 +1,7 @@
 """What a partial collective's call returns."""
+from __future__ import annotations
+
+from typing import Any
 
 
 class PartialResult:
@@ -27,13 +30,21 @@ class PartialResult:
     __slots__ = ("data", "included", "round", "active", "rounds", "sync",
                  "skipped")
 
-    def __init__(self, data, included, round, active, rounds, sync=False,
-                 skipped=0):
+    data: Any               # of the caller's type (Buffer)
+    included: bool
+    round: int
+    active: int
+    rounds: int
+    sync: bool
+    skipped: int
+
+    def __init__(self, data: Any, included: bool, round: int, active: int,
+                 rounds: int, sync: bool = False, skipped: int = 0) -> None:
         self.data, self.included, self.round = data, included, round
         self.active, self.rounds, self.sync = active, rounds, sync
         self.skipped = skipped
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"PartialResult(round={self.round}, rounds={self.rounds}, "
                 f"active={self.active}, included={self.included}, "
                 f"sync={self.sync}, skipped={self.skipped})")

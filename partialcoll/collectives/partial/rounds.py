@@ -48,7 +48,7 @@ class Rounds:
     ``sched`` (the schedule), ``combine`` (the op's ufunc on the object's
     memory), ``label``, ``closed``."""
 
-    kind = None
+    kind: str | None = None
     marks_bypass = False    # flag rounds a flushing caller starts as sync
     _created = 0            # creation order, equal on all ranks
 
@@ -503,7 +503,8 @@ class RoundsRequest(Request):
         return self._res
 
 
-_OPEN = {}              # creation order -> open Rounds (strong references)
+# creation order -> open Rounds (strong references)
+_OPEN: dict[int, Rounds] = {}
 _warned = False
 
 
