@@ -66,6 +66,8 @@ def test_good_values_pass():
     assert a.stragglers == "C1,C3"
     a = p.parse_args("latency --step-ms 0 --warmup 0".split())
     assert a.step_ms == 0.0 and a.warmup == 0
+    a = p.parse_args(["aware", "--sweep", "", "--schemes", ""])
+    assert (a.sweep, a.schemes) == ("", "")
     a = p.parse_args("sweep -i 7 -x 0".split())
     assert (a.iters, a.warmup) == (7, 0)
     a = p.parse_args("allreduce -m 8:4M -i 100 -x 10".split())

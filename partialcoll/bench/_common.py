@@ -83,12 +83,15 @@ rate_text = _read_by(units.rate, "rate")
 duration_text = _read_by(units.duration, "duration")
 
 
-def listed(item):
+def listed(item, empty=False):
     """argparse type: a comma-separated list whose every entry ``item``
     (an argparse type) accepts; returns the text as given (the benchmark
-    splits it), so a bad entry is refused before the run."""
+    splits it), so a bad entry is refused before the run.  With
+    ``empty``, '' is accepted too (a part to skip)."""
     def parse(text):
         entries = [t for t in text.split(",") if t.strip()]
+        if empty and text == "":
+            return text
         if not entries:
             raise argparse.ArgumentTypeError("an empty list")
         for t in entries:

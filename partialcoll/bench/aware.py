@@ -64,7 +64,7 @@ def add_args(p):
                         "below its probes (default 'auto', the library's: "
                         "slice // 12; 0: every probe has 10,000 elements, as "
                         "in the paper)")
-    p.add_argument("--sweep", type=listed(whole(1)), default="1000,3000,10000,30000,120000,"
+    p.add_argument("--sweep", type=listed(whole(1), empty=True), default="1000,3000,10000,30000,120000,"
                                       "300000,1000000",
                    help="slice sizes for the U-shape ('' to skip)")
     p.add_argument("--sweep-iters", type=whole(1), default=8)
