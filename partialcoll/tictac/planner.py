@@ -118,7 +118,7 @@ class Graph:
         earlier ops); returns its index."""
         if isinstance(deps, (str, bytes)) or not hasattr(deps, "__iter__"):
             raise ArgumentTypeError(f"op {name!r}: deps must be a list of op "
-                            f"indices or names, got {deps!r}")
+                                    f"indices or names, got {deps!r}")
         return self._add(name, COMPUTE, time, deps, 0, info)
 
     def index(self, ref):
@@ -130,10 +130,10 @@ class Graph:
                 raise ScheduleError(f"no op named {ref!r}") from None
         if isinstance(ref, bool) or not isinstance(ref, numbers.Integral):
             raise ArgumentTypeError(f"an op is named by its name or int index, got "
-                            f"{ref!r}")
+                                    f"{ref!r}")
         if not 0 <= int(ref) < len(self.ops):
             raise ScheduleError(f"op {ref!r} is not in the graph (ops may only "
-                             "depend on earlier ops)")
+                                "depend on earlier ops)")
         return int(ref)
 
     @property
@@ -354,25 +354,25 @@ def _order_ops(graph, order):
         items = list(order.items())
     except AttributeError:
         raise ArgumentTypeError(f"order must be a dict {{receive name: number}}, "
-                        f"got {type(order).__name__}") from None
+                                f"got {type(order).__name__}") from None
     ops, seen = [], set()
     for ref, number in items:
         op = graph.ops[graph.index(ref)]
         if op.kind != RECV:
             raise ScheduleError(f"order numbers {op.name!r}, a compute op: "
-                             f"only receives are transferred")
+                                f"only receives are transferred")
         if op.index in seen:
             raise ScheduleError(f"order numbers receive {op.name!r} twice")
         if isinstance(number, bool) or \
                 not isinstance(number, numbers.Real) or number != number:
             raise ScheduleError(f"order's number for {op.name!r} must be a "
-                             f"real number, got {number!r}")
+                                f"real number, got {number!r}")
         seen.add(op.index)
         ops.append((number, op.index, op))
     missing = [r.name for r in graph.recvs if r.index not in seen]
     if missing:
         raise ScheduleError(f"order leaves out receive(s) {missing}: number "
-                         f"every receive of the graph")
+                            f"every receive of the graph")
     return [op for _, _, op in sorted(ops, key=lambda x: x[0])]
 
 

@@ -274,7 +274,7 @@ def _numbers(order_for, w, rnd, n):
         ok = False
     if not ok:
         raise ScheduleError(f"order_for({w}, {rnd}) is not a permutation of "
-                         f"0..{n - 1}")
+                            f"0..{n - 1}")
     return numbers
 
 

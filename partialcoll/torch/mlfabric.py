@@ -79,7 +79,7 @@ class ParamMap:
         flat = np.asarray(flat).reshape(-1)
         if flat.size != self.size:
             raise ScheduleError(f"{flat.size} values for {self.size} "
-                             "parameters")
+                                "parameters")
         with torch.no_grad():
             for p, a, b in zip(self.params, self.offsets[:-1],
                                self.offsets[1:]):
@@ -114,14 +114,14 @@ def sgd_from_torch(optimizer, module=None):
                 for g in optimizer.param_groups}
     if len(settings) != 1:
         raise ScheduleError("parameter groups with different settings are not "
-                         "supported: the server has one learning rate")
+                            "supported: the server has one learning rate")
     g = optimizer.param_groups[0]
     for key, ok in (("nesterov", False), ("dampening", 0),
                     ("maximize", False)):
         if g.get(key, ok) != ok:
             raise ScheduleError(f"torch.optim.SGD({key}={g[key]!r}) is not "
-                             f"supported (momentum lives at the workers as "
-                             f"h <- momentum * h + g)")
+                                f"supported (momentum lives at the workers as "
+                                f"h <- momentum * h + g)")
     if module is not None:
         _check_owns(optimizer, module)
     lr = float(g["lr"].item() if torch.is_tensor(g["lr"]) else g["lr"])

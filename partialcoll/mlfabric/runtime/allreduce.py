@@ -90,7 +90,7 @@ class DynamicTreeAllreduce:
         if isinstance(aggregators, list) and \
                 any(not 0 <= a < size for a in aggregators):
             raise ScheduleError(f"aggregators {aggregators} must be ranks of "
-                             f"the communicator (0..{size - 1})")
+                                f"the communicator (0..{size - 1})")
         check_real(monitor_lag, "monitor_lag (seconds)", 0)
         check_real(monitor_window, "monitor_window (seconds)", 0,
                    open_low=True)

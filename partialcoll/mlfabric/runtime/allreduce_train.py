@@ -135,8 +135,8 @@ def _check_worker_ranks(n_workers, root, aggregators):
                          if isinstance(aggregators, list) else [])):
         if any(not 0 <= r < n_workers for r in ranks):
             raise ScheduleError(f"{name} {ranks} must be ranks of the "
-                             f"{n_workers} workers' communicator "
-                             f"(0..{n_workers - 1})")
+                                f"{n_workers} workers' communicator "
+                                f"(0..{n_workers - 1})")
 
 
 def _run_workers(model, optimizer, sub, algorithm, tree, loop):

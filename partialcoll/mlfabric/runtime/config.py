@@ -61,14 +61,14 @@ class RunConfig:
         if distributors and mode == "async":
             raise ScheduleError("distributors need mode 'mlfabric' or "
                              "'mlfabric-s' (a plain asynchronous PS answers "
-                             "every pull itself)")
+                                "every pull itself)")
         if distribution not in DISTRIBUTIONS:
             raise ScheduleError(f"distribution must be one of {DISTRIBUTIONS}, "
-                             f"got {distribution!r}")
+                                f"got {distribution!r}")
         if distribution != "algorithm3" and not distributors:
             raise ScheduleError(f"distribution {distribution!r} needs "
-                             f"distributors >= 1 (the relays that pass the "
-                             f"copy on)")
+                                f"distributors >= 1 (the relays that pass the "
+                                f"copy on)")
         aggregators = check_aggregators(aggregators, "aggregators")
         replica_aggregators = check_aggregators(replica_aggregators,
                                                 "replica_aggregators")
@@ -117,7 +117,7 @@ def check_run(compute_time, stragglers, duration, max_updates, target_loss,
         r, s = stragglers
     except (TypeError, ValueError):
         raise ScheduleError(f"stragglers must be a pair (r, s), got "
-                         f"{stragglers!r}") from None
+                            f"{stragglers!r}") from None
     r = check_real(r, "stragglers r (a probability)", 0, high=1)
     s = check_real(s, "stragglers s (a slow-down factor)", 1)
     check_real(compute_time, "compute_time (seconds)", 0)
@@ -145,7 +145,7 @@ def check_real(value, name, low, high=math.inf, open_low=False):
         x = float(value)
     except (TypeError, ValueError):
         raise ArgumentTypeError(f"{name} must be a real number, got "
-                        f"{value!r}") from None
+                                f"{value!r}") from None
     ok = math.isfinite(x) and (x > low if open_low else x >= low) and \
         x <= high
     if not ok:
@@ -173,7 +173,7 @@ def _count(value, name):
         n = operator.index(value)
     except TypeError:
         raise ArgumentTypeError(f"{name} must be an integer >= 0, got "
-                        f"{value!r}") from None
+                                f"{value!r}") from None
     if n < 0:
         raise ScheduleError(f"{name} must be >= 0, got {n}")
     return n

@@ -73,7 +73,7 @@ class Roles:
     def __init__(self, size, replica):
         if size < 2 or (replica and size < 3):
             raise ScheduleError(f"needs a server and a worker (and a replica): "
-                             f"P = {size} is too small")
+                                f"P = {size} is too small")
         self.server = 0
         self.replica = size - 1 if replica else None
         self.workers = [r for r in range(1, size) if r != self.replica]

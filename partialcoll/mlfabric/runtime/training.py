@@ -113,7 +113,7 @@ def _check_listed_ranks(cfg, roles):
         listed = getattr(cfg, name)
         if isinstance(listed, list) and not set(listed) <= set(roles.workers):
             raise ScheduleError(f"{name} {listed} must be worker ranks "
-                             f"({roles.workers})")
+                                f"({roles.workers})")
 
 
 def _share_result(ctl, role, roles, cfg, final, wall):
@@ -146,11 +146,11 @@ def check_same_model(comm, model):
     bad = {r: m for r, m in enumerate(sizes) if isinstance(m, str)}
     if bad:
         raise ScheduleError(f"model.params is not an array of numbers on "
-                         f"rank(s) {bad}")
+                            f"rank(s) {bad}")
     if len(set(sizes)) > 1:
         raise ScheduleError(f"the model has a different size on different "
-                         f"ranks ({dict(enumerate(sizes))} parameters): "
-                         f"every rank must build the same model")
+                            f"ranks ({dict(enumerate(sizes))} parameters): "
+                            f"every rank must build the same model")
     return params
 
 

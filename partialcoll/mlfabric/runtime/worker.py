@@ -220,9 +220,9 @@ def check_gradient(grad, n):
         g = np.asarray(grad, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ScheduleError(f"the model's gradient is not an array of numbers "
-                         f"({exc})") from None
+                            f"({exc})") from None
     if g.shape != (n,):
         raise ScheduleError(f"the model's gradient has shape {g.shape}; it "
-                         f"must be 1-D with {n} elements (the size of "
-                         f"params)")
+                            f"must be 1-D with {n} elements (the size of "
+                            f"params)")
     return g

@@ -223,7 +223,7 @@ def _requesters(requests, server, distributors):
     relays = list(dict.fromkeys(distributors))
     if not set(relays) <= set(workers):
         raise ScheduleError(f"distributors {relays} must be among the "
-                         f"requests {workers}")
+                            f"requests {workers}")
     return workers, relays
 
 

@@ -112,7 +112,7 @@ class Timeline:
             return self
         if points[0] < self.times[0]:
             raise ScheduleError("a reservation cannot start before the "
-                             "timeline")
+                                "timeline")
         times, used, cap = self.times, self.used, self.cap
         tol = _tolerance(cap, cap)
         p0, last = points[0], points[-1]
@@ -372,7 +372,7 @@ class NetworkState:
             end = max(end, floor)
         if end == INF:
             raise ScheduleError(f"no bandwidth from {src} to {dst} after "
-                             f"{start:g}: cannot schedule {size:g} bytes")
+                                f"{start:g}: cannot schedule {size:g} bytes")
         self.out[src] = a.added(points, rates)
         self.inn[dst] = b.added(points, rates)
         return Transfer(src, dst, size, start, end, points, rates, what)

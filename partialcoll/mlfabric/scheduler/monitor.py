@@ -89,7 +89,7 @@ class LinkMonitor:
                  slack=0.15):
         if lag < 0 or window <= 0 or not 0 <= slack < 1:
             raise ScheduleError("lag must be >= 0, window > 0 and "
-                             "0 <= slack < 1")
+                                "0 <= slack < 1")
         self.lag, self.window, self.slack = float(lag), float(window), \
             float(slack)
         self._est = {}        # (node, nic) -> bytes/s
