@@ -1,15 +1,109 @@
 """The settings of one parameter-server run (checked up front)."""
 import math
 import operator
+
+from ...core import schemas
 from ...core.errors import ArgumentTypeError, ScheduleError
 
 MODES = ("mlfabric", "async", "mlfabric-s")
 DISTRIBUTIONS = ("algorithm3", "one-copy", "earliest")
 
 
+def _real(says, **bounds):
+    return {"type": "number", "real": "finite", "says": says, **bounds}
+
+
+def _none_or(schema, says):
+    return {"anyOf": [{"type": "null"}, schema], "says": says}
+
+
+_COUNT = {"type": "integer", "minimum": 0, "says": "an integer >= 0"}
+_RANKS = {"anyOf": [_COUNT, {"type": "array", "items": _COUNT,
+                             "uniqueItems": True}],
+          "says": "an integer >= 0, or a list of distinct ranks"}
+
+#: The settings every training loop shares (:func:`check_run`), as a JSON
+#: Schema (:mod:`partialcoll.core.schemas`).
+RUN_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "compute_time": _real("finite seconds >= 0", minimum=0),
+        "stragglers": {
+            "type": "array", "minItems": 2, "maxItems": 2,
+            "says": "a pair (r, s)",
+            "prefixItems": [_real("a probability in [0, 1]", minimum=0,
+                                  maximum=1),
+                            _real("finite and >= 1", minimum=1)]},
+        "duration": _none_or(_real("", exclusiveMinimum=0),
+                             "None or finite seconds > 0"),
+        "max_updates": _none_or({"type": "integer", "minimum": 1},
+                                "None or an integer >= 1"),
+        "target_loss": _none_or({"type": "number", "real": "not-nan"},
+                                "None or a number"),
+        "eval_every": _real("finite seconds > 0", exclusiveMinimum=0),
+        "monitor_lag": _real("finite seconds >= 0", minimum=0),
+        "monitor_window": _real("finite seconds > 0", exclusiveMinimum=0),
+        "initial_rate": _real("finite bytes/s > 0", exclusiveMinimum=0),
+    },
+    "anyOf": [{"properties": {"duration": {"type": "number"}}},
+              {"properties": {"max_updates": {"type": "integer"}}}],
+    "message": "give duration= (seconds) or {max_updates_name}=",
+}
+
+
+def _rule(when, then, message):
+    """If the settings match ``when``, ``then`` must hold; else
+    ``message``."""
+    return {"if": {"properties": when, "required": list(when)},
+            "then": {"properties": {k: {**v, "message": message}
+                                    for k, v in then.items()}}}
+
+
+#: RunConfig's settings: :data:`RUN_SCHEMA`'s and MLfabric's own, with the
+#: rules between them.
+CONFIG_SCHEMA = {
+    **RUN_SCHEMA,
+    "properties": {
+        **RUN_SCHEMA["properties"],
+        "mode": {"enum": list(MODES), "says": f"one of {MODES}"},
+        "tau_max": _none_or({"type": "integer", "minimum": 1},
+                            "None or an integer >= 1"),
+        "aggregators": _RANKS,
+        "replica_aggregators": _RANKS,
+        "div_max": {"type": "number", "minimum": 0, "real": "not-nan",
+                    "says": "a number >= 0"},
+        "batch_interval": _real("finite seconds > 0", exclusiveMinimum=0),
+        "seed": _COUNT,
+        "distributors": _COUNT,
+        "distribution": {"enum": list(DISTRIBUTIONS),
+                         "says": f"one of {DISTRIBUTIONS}"},
+    },
+    "allOf": [
+        _rule({"mode": {"const": "mlfabric"}},
+              {"tau_max": {"type": "integer"}},
+              "mode 'mlfabric' needs tau_max >= 1"),
+        _rule({"replica": {"const": True}},
+              {"mode": {"const": "mlfabric"}},
+              "a replica needs mode 'mlfabric'"),
+        _rule({"distributors": {"type": "integer", "minimum": 1}},
+              {"mode": {"not": {"const": "async"}}},
+              "distributors need mode 'mlfabric' or 'mlfabric-s' (a plain "
+              "asynchronous PS answers every pull itself)"),
+        _rule({"distribution": {"not": {"const": "algorithm3"}}},
+              {"distributors": {"minimum": 1}},
+              "distribution {distribution!r} needs distributors >= 1 (the "
+              "relays that pass the copy on)"),
+    ],
+}
+
+_NAMES = {("stragglers", 0): "stragglers r (a probability)",
+          ("stragglers", 1): "stragglers s (a slow-down factor)"}
+
+
 class RunConfig:
-    """Settings of :func:`~.training.train`, checked when made (a bad one
-    raises ValueError or TypeError naming it).
+    """Settings of :func:`~.training.train`, checked when made against
+    :data:`CONFIG_SCHEMA` (a bad one raises ScheduleError, a ValueError,
+    or ArgumentTypeError, a TypeError, naming it).
 
     Args:
         mode: "mlfabric", "async" or "mlfabric-s" (see ``train``).
@@ -51,39 +145,24 @@ class RunConfig:
                  duration=None, max_updates=None, target_loss=None,
                  eval_every=0.1, seed=0, distributors=0,
                  distribution="algorithm3"):
-        if mode not in MODES:
-            raise ScheduleError(f"mode must be one of {MODES}, got {mode!r}")
-        if mode == "mlfabric" and (tau_max is None or tau_max < 1):
-            raise ScheduleError("mode 'mlfabric' needs tau_max >= 1")
-        if replica and mode != "mlfabric":
-            raise ScheduleError("a replica needs mode 'mlfabric'")
-        distributors = _count(distributors, "distributors")
-        if distributors and mode == "async":
-            raise ScheduleError("distributors need mode 'mlfabric' or "
-                             "'mlfabric-s' (a plain asynchronous PS answers "
-                                "every pull itself)")
-        if distribution not in DISTRIBUTIONS:
-            raise ScheduleError(f"distribution must be one of {DISTRIBUTIONS}, "
-                                f"got {distribution!r}")
-        if distribution != "algorithm3" and not distributors:
-            raise ScheduleError(f"distribution {distribution!r} needs "
-                                f"distributors >= 1 (the relays that pass the "
-                                f"copy on)")
-        aggregators = check_aggregators(aggregators, "aggregators")
-        replica_aggregators = check_aggregators(replica_aggregators,
-                                                "replica_aggregators")
-        if tau_max is not None:
-            tau_max = _count(tau_max, "tau_max")
-            if tau_max < 1:
-                raise ScheduleError(f"tau_max must be >= 1, got {tau_max}")
-        if not div_max >= 0:                     # (NaN fails too)
-            raise ScheduleError(f"div_max must be >= 0, got {div_max!r}")
-        batch_interval = check_real(batch_interval, "batch_interval", 0,
-                                 open_low=True)
-        r, s = check_run(compute_time, stragglers, duration, max_updates,
-                         target_loss, eval_every, monitor_lag,
-                         monitor_window, initial_rate)
-        seed = check_seed(seed)
+        replica = bool(replica)
+        values = dict(
+            mode=mode, tau_max=tau_max, aggregators=aggregators,
+            replica=replica, replica_aggregators=replica_aggregators,
+            div_max=div_max, batch_interval=batch_interval,
+            compute_time=compute_time, stragglers=stragglers,
+            monitor_lag=monitor_lag, monitor_window=monitor_window,
+            initial_rate=initial_rate, duration=duration,
+            max_updates=max_updates, target_loss=target_loss,
+            eval_every=eval_every, seed=seed, distributors=distributors,
+            distribution=distribution)
+        schemas.check(CONFIG_SCHEMA, values, _NAMES)
+        tau_max = None if tau_max is None else operator.index(tau_max)
+        aggregators = _ranks_or_count(aggregators)
+        replica_aggregators = _ranks_or_count(replica_aggregators)
+        distributors = operator.index(distributors)
+        seed = operator.index(seed)
+        r, s = (float(x) for x in stragglers)
         self.mode, self.tau_max = mode, tau_max
         self.aggregators, self.replica = aggregators, bool(replica)
         self.replica_aggregators, self.div_max = replica_aggregators, div_max
@@ -104,28 +183,22 @@ def check_run(compute_time, stragglers, duration, max_updates, target_loss,
               eval_every, monitor_lag, monitor_window, initial_rate,
               max_name="max_updates"):
     """The settings every training loop here shares, checked alike on
-    every rank before any message; returns ``stragglers`` as (r, s)."""
-    if duration is None and max_updates is None:
-        raise ScheduleError(f"give duration= (seconds) or {max_name}=")
-    if duration is not None and not 0 < duration < math.inf:
-        raise ScheduleError(f"duration must be > 0 seconds, got {duration!r}")
-    if max_updates is not None and _count(max_updates, max_name) < 1:
-        raise ScheduleError(f"{max_name} must be >= 1, got {max_updates}")
-    if target_loss is not None and math.isnan(target_loss):
-        raise ScheduleError("target_loss must be a number, got nan")
-    try:
-        r, s = stragglers
-    except (TypeError, ValueError):
-        raise ScheduleError(f"stragglers must be a pair (r, s), got "
-                            f"{stragglers!r}") from None
-    r = check_real(r, "stragglers r (a probability)", 0, high=1)
-    s = check_real(s, "stragglers s (a slow-down factor)", 1)
-    check_real(compute_time, "compute_time (seconds)", 0)
-    check_real(eval_every, "eval_every (seconds)", 0, open_low=True)
-    check_real(monitor_lag, "monitor_lag (seconds)", 0)
-    check_real(monitor_window, "monitor_window (seconds)", 0, open_low=True)
-    check_real(initial_rate, "initial_rate (bytes/s)", 0, open_low=True)
+    every rank before any message (:data:`RUN_SCHEMA`); returns
+    ``stragglers`` as (r, s)."""
+    values = dict(compute_time=compute_time, stragglers=stragglers,
+                  duration=duration, max_updates=max_updates,
+                  target_loss=target_loss, eval_every=eval_every,
+                  monitor_lag=monitor_lag, monitor_window=monitor_window,
+                  initial_rate=initial_rate)
+    schemas.check(RUN_SCHEMA, values, {**_NAMES, "max_updates": max_name})
+    r, s = stragglers
     return float(r), float(s)
+
+
+def _ranks_or_count(value):
+    if isinstance(value, (list, tuple)):
+        return [operator.index(r) for r in value]
+    return operator.index(value)
 
 
 def check_seed(seed):
