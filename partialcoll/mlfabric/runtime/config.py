@@ -102,7 +102,7 @@ _NAMES = {("stragglers", 0): "stragglers r (a probability)",
 
 class RunConfig:
     """Settings of :func:`~.training.train`, checked when made against
-    :data:`CONFIG_SCHEMA` (a bad one raises ScheduleError, a ValueError,
+    ``CONFIG_SCHEMA`` (a bad one raises ScheduleError, a ValueError,
     or ArgumentTypeError, a TypeError, naming it).
 
     Args:
@@ -183,7 +183,7 @@ def check_run(compute_time, stragglers, duration, max_updates, target_loss,
               eval_every, monitor_lag, monitor_window, initial_rate,
               max_name="max_updates"):
     """The settings every training loop here shares, checked alike on
-    every rank before any message (:data:`RUN_SCHEMA`); returns
+    every rank before any message (``RUN_SCHEMA``); returns
     ``stragglers`` as (r, s)."""
     values = dict(compute_time=compute_time, stragglers=stragglers,
                   duration=duration, max_updates=max_updates,
