@@ -77,6 +77,8 @@ class Rounds:
         self._observed = 0                # rounds taken by this rank
         self._calls = 0
         self._epochs = 0                  # synchronous rounds done here
+        # seconds a call waits before it says what its round waits for
+        self.patience = env.get(env.WAIT_WARN_S, 10.0, float)
         self.closed, self._at_close = False, None
         self.orphaned = False             # its handle was dropped
         Rounds._created += 1
@@ -489,7 +491,7 @@ class RoundsRequest(Request):
         (10) logs, once per object, what the round waits for."""
         if self._res is None:
             sched, rnd = self._rounds.sched, self._round
-            patience = env.get(env.WAIT_WARN_S, 10.0, float)
+            patience = self._rounds.patience
             if timeout is None and patience > 0 and \
                     not self._rounds.warned_wait:
                 try:
