@@ -1,6 +1,7 @@
 """The settings of one parameter-server run (checked up front)."""
 import math
 import operator
+from typing import Any
 
 from ...core import schemas
 from ...core.errors import ArgumentTypeError, ScheduleError
@@ -9,22 +10,22 @@ MODES = ("mlfabric", "async", "mlfabric-s")
 DISTRIBUTIONS = ("algorithm3", "one-copy", "earliest")
 
 
-def _real(says, **bounds):
+def _real(says: str, **bounds: Any) -> dict[str, Any]:
     return {"type": "number", "real": "finite", "says": says, **bounds}
 
 
-def _none_or(schema, says):
+def _none_or(schema: dict[str, Any], says: str) -> dict[str, Any]:
     return {"anyOf": [{"type": "null"}, schema], "says": says}
 
 
-_COUNT = {"type": "integer", "minimum": 0, "says": "an integer >= 0"}
-_RANKS = {"anyOf": [_COUNT, {"type": "array", "items": _COUNT,
+_COUNT: dict[str, Any] = {"type": "integer", "minimum": 0, "says": "an integer >= 0"}
+_RANKS: dict[str, Any] = {"anyOf": [_COUNT, {"type": "array", "items": _COUNT,
                              "uniqueItems": True}],
           "says": "an integer >= 0, or a list of distinct ranks"}
 
 #: The settings every training loop shares (:func:`check_run`), as a JSON
 #: Schema (:mod:`partialcoll.core.schemas`).
-RUN_SCHEMA = {
+RUN_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "compute_time": _real("finite seconds >= 0", minimum=0),
@@ -61,7 +62,7 @@ def _rule(when, then, message):
 
 #: RunConfig's settings: :data:`RUN_SCHEMA`'s and MLfabric's own, with the
 #: rules between them.
-CONFIG_SCHEMA = {
+CONFIG_SCHEMA: dict[str, Any] = {
     **RUN_SCHEMA,
     "properties": {
         **RUN_SCHEMA["properties"],
