@@ -89,8 +89,11 @@ def test_sweep_and_overhead_run(rank_tmp):
     assert rows[0]["avg"] < 100
     if MPI.COMM_WORLD.rank == 0:
         by = {r["metric"].strip(): r for r in rows}
-        # idle objects share one control receive per communicator
-        assert by["outstanding messages with 30 objects open"]["max"] <= 2
+        # idle objects share the control receives of their communicator,
+        # one per rank (at most one more message in flight)
+        size = MPI.COMM_WORLD.size
+        assert by["outstanding messages with 30 objects open"]["max"] \
+            <= size + 1
         assert by["library duplicates before / after the churn"]["avg"] in (
             "2 / 2", "0 / 2", "2 / 0")
 

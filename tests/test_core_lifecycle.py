@@ -197,7 +197,8 @@ def test_allocation_failure_on_the_progress_path_is_reported():
 
 def test_idle_persistent_schedules_post_nothing():
     """Cost follows work: 300 idle schedules waiting for stamped
-    activations share one control receive on their communicator."""
+    activations share the control receive on their communicator (one per
+    rank of it: COMM_SELF has one)."""
     comm = MPI.COMM_SELF.Dup()
     before = _core.engine_stats()["outstanding"]
     scheds = []

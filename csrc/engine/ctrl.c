@@ -1,20 +1,37 @@
 /* ctrl.c -- the control channel of round-stamped messages (the engine's
  * side: wire.c design constraint 1).  Idle persistent schedules post
- * nothing: their stamped receives are served by one wildcard receive per
- * communicator, on the tag MPI_TAG_UB reserves for the executor, and each
- * message is routed by {stamp id, source, tag} to the schedule it is for.
- * A message for a schedule not registered yet is banked until it is;
- * one for a schedule that was freed is foreign.  Progress lock held. */
+ * nothing: their stamped receives are served by one receive per source
+ * rank and communicator, on the tag MPI_TAG_UB reserves for the executor,
+ * and each message is routed by {stamp id, source, tag} to the schedule it
+ * is for.  A message for a schedule not registered yet is banked until it
+ * is; one for a schedule that was freed is foreign.  Progress lock held.
+ *
+ * One receive per source, not one MPI_ANY_SOURCE receive: an ANY_SOURCE
+ * receive is matched by MPICH's shared-memory and network modules at once
+ * when the communicator spans hosts (it posts a partner request in each and
+ * cancels the loser); with the UCX module and a progress thread beside the
+ * caller, a message could be lost in that race and a round never started.
+ * Per-source receives are matched by one module only. */
 #include "engine/engine_int.h"
 
 #include <stdlib.h>
 
-typedef struct pc_ctrl_endpoint {
+typedef struct pc_ctrl_endpoint endpoint;
+
+/* the receive posted for one source rank */
+typedef struct pc_ctrl_slot {
+    endpoint *e;
+    int src;
+    uint64_t buf[4];           /* {stamp id, round, tag, 0} */
+    int64_t handle;            /* the posted receive, -1 none */
+} slot;
+
+struct pc_ctrl_endpoint {
     MPI_Comm comm;
     int tag;                   /* MPI_TAG_UB of comm, reserved for us */
     int refs;                  /* registered schedules */
-    uint64_t buf[4];           /* {stamp id, round, tag, 0} */
-    int64_t handle;            /* the posted wildcard receive, -1 none */
+    slot *slots;               /* by source rank of comm */
+    int nslots;
     pc_sched **bucket;         /* stamp id -> schedules (chained by ep_next) */
     int nbucket;
     struct { uint64_t id, round; int src, tag; } *bank;   /* not yet claimed */
@@ -22,7 +39,7 @@ typedef struct pc_ctrl_endpoint {
     uint64_t freed[64];        /* recently unregistered stamp ids */
     int nfreed;
     struct pc_ctrl_endpoint *next;
-} endpoint;
+};
 
 static struct {
     endpoint *eps;             /* one per communicator in use */
@@ -39,11 +56,44 @@ static endpoint *ep_find(MPI_Comm comm)
     return NULL;
 }
 
-static int ep_post(endpoint *e)
+static int ep_post(slot *sl)
 {
-    pc_msg m = {0, e->buf, 4, MPI_UINT64_T, 32, MPI_ANY_SOURCE, e->tag, -1,
-                e->comm, 0, e, PC_COOKIE_CTRL, 0, 0, -1, 0};
-    return pc_wire_start(&m, &e->handle);
+    endpoint *e = sl->e;
+    pc_msg m = {0, sl->buf, 4, MPI_UINT64_T, 32, sl->src, e->tag, -1,
+                e->comm, 0, sl, PC_COOKIE_CTRL, 0, 0, -1, 0};
+    return pc_wire_start(&m, &sl->handle);
+}
+
+static void ep_cancel(endpoint *e)
+{
+    for (int k = 0; k < e->nslots; k++)
+        if (e->slots[k].handle >= 0) {
+            pc_done d;
+            pc_wire_cancel_recv(e->slots[k].handle, 0, &d);
+            e->slots[k].handle = -1;
+        }
+}
+
+/* a receive from every rank of comm; PC_OK, or nothing left posted */
+static int ep_post_all(endpoint *e)
+{
+    int n;
+    if (MPI_Comm_size(e->comm, &n) != MPI_SUCCESS)
+        return PC_EMPI;
+    e->slots = calloc((size_t)n, sizeof(*e->slots));
+    if (!e->slots)
+        return PC_ENOMEM;
+    e->nslots = n;
+    for (int k = 0; k < n; k++)
+        e->slots[k] = (slot){e, k, {0}, -1};
+    for (int k = 0; k < n; k++)
+        if (ep_post(&e->slots[k]) != MPI_SUCCESS) {
+            ep_cancel(e);
+            free(e->slots);
+            e->slots = NULL;
+            return PC_EMPI;
+        }
+    return PC_OK;
 }
 
 static unsigned bucket_of(endpoint *e, uint64_t id)
@@ -101,11 +151,11 @@ int pc_ctrl_register(pc_sched *s)
         }
         e->comm = s->comm;
         e->tag = s->tag_ub;
-        e->handle = -1;
-        if (ep_post(e) != MPI_SUCCESS) {
+        int rc = ep_post_all(e);
+        if (rc != PC_OK) {
             free(e->bucket);
             free(e);
-            return PC_EMPI;
+            return rc;
         }
         e->next = ctrl.eps;
         ctrl.eps = e;
@@ -138,10 +188,8 @@ static void ep_destroy(endpoint *e)
             s->registered = 0;
             s->endpoint = NULL;
         }
-    if (e->handle >= 0) {
-        pc_done d;
-        pc_wire_cancel_recv(e->handle, 0, &d);
-    }
+    ep_cancel(e);
+    free(e->slots);
     for (endpoint **p = &ctrl.eps; *p; p = &(*p)->next)
         if (*p == e) {
             *p = e->next;
@@ -170,13 +218,14 @@ void pc_ctrl_unregister(pc_sched *s)
         ep_destroy(e);
 }
 
-void pc_ctrl_arrived(endpoint *e, const pc_done *d)
+void pc_ctrl_arrived(slot *sl, const pc_done *d)
 {
-    uint64_t id = e->buf[0], round = e->buf[1];
-    int tag = (int)e->buf[2];
-    e->handle = -1;
+    endpoint *e = sl->e;
+    uint64_t id = sl->buf[0], round = sl->buf[1];
+    int tag = (int)sl->buf[2];
+    sl->handle = -1;
     if (d->mpi_error == MPI_SUCCESS && d->bytes == 32 &&
-        !route(e, id, round, d->source, tag)) {
+        !route(e, id, round, sl->src, tag)) {
         int known = 0;
         for (int k = 0; k < 64 && k < e->nfreed; k++)
             known |= e->freed[k] == id;
@@ -194,13 +243,13 @@ void pc_ctrl_arrived(endpoint *e, const pc_done *d)
             e->bank = b;
             e->bank[e->nbank].id = id;
             e->bank[e->nbank].round = round;
-            e->bank[e->nbank].src = d->source;
+            e->bank[e->nbank].src = sl->src;
             e->bank[e->nbank++].tag = tag;
             ctrl.unclaimed++;
         }
     }
 repost:
-    if (ep_post(e) != MPI_SUCCESS) {
+    if (ep_post(sl) != MPI_SUCCESS) {
         /* every schedule listening here is stuck: tell them */
         for (int k = 0; k < e->nbucket; k++)
             for (pc_sched *s = e->bucket[k]; s; s = s->ep_next) {

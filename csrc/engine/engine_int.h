@@ -135,7 +135,8 @@ void pc_wire_shutdown(void);
 int pc_ctrl_register(pc_sched *s);
 void pc_ctrl_unregister(pc_sched *s);
 struct pc_ctrl_endpoint;                /* one per communicator */
-void pc_ctrl_arrived(struct pc_ctrl_endpoint *e, const pc_done *d);
+struct pc_ctrl_slot;                    /* its receive from one rank */
+void pc_ctrl_arrived(struct pc_ctrl_slot *sl, const pc_done *d);
 void pc_ctrl_stats(uint64_t *foreign, uint64_t *unclaimed);
 void pc_ctrl_shutdown(void);
 
