@@ -53,7 +53,10 @@ def pytest_configure(config):
     if rank == 0 or size == 1 or _console is not None:
         return
     _own_temp_root(rank)
-    _log_path = os.path.join(LOGS, f"P{size}", f"rank{rank}.log")
+    # PARTIALCOLL_TEST_LOGS names the folder (tests/cluster.py: one per
+    # cluster configuration)
+    sub = os.environ.get("PARTIALCOLL_TEST_LOGS") or f"P{size}"
+    _log_path = os.path.join(LOGS, sub, f"rank{rank}.log")
     os.makedirs(os.path.dirname(_log_path), exist_ok=True)
     capman = config.pluginmanager.getplugin("capturemanager")
     if capman is not None:
@@ -100,6 +103,39 @@ def pytest_runtest_setup(item):
     mark = item.get_closest_marker("max_ranks")
     if mark is not None and _world_size() > mark.args[0]:
         pytest.skip(f"runs at P <= {mark.args[0]} only (P-independent, slow)")
+
+
+_HOSTS = []
+
+
+def _host_count():
+    """Hosts the MPI world spans (collective the first time: every rank
+    runs the same tests in the same order)."""
+    if not _HOSTS:
+        from mpi4py import MPI
+        names = MPI.COMM_WORLD.allgather(MPI.Get_processor_name())
+        _HOSTS.append(len(set(names)))
+    return _HOSTS[0]
+
+
+@pytest.fixture(autouse=True)
+def _emulated_network_on_one_host(request, monkeypatch):
+    """Across hosts (tests/cluster.py) the emulated network is refused (it
+    models one host), so a test that enables it is skipped there, saying
+    why, at the point where it enables it.  ``@pytest.mark.across_hosts``
+    tests (of that refusal) call the real one."""
+    if (_world_size() == 1 or request.node.get_closest_marker("across_hosts")
+            or _host_count() == 1):
+        yield
+        return
+    import partialcoll as pc
+
+    def enable(*args, **kwargs):
+        pytest.skip(f"uses the emulated network, which models one host "
+                    f"(these ranks run on {_host_count()} hosts)")
+
+    monkeypatch.setattr(pc.network, "enable", enable)
+    yield
 
 
 @pytest.hookimpl(trylast=True)

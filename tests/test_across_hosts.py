@@ -39,6 +39,7 @@ def test_partial_rounds_then_close_finish_on_every_rank():
     COMM.Barrier()
 
 
+@pytest.mark.across_hosts
 def test_emulated_network_refused_across_hosts_accepted_on_one():
     """The emulated network is one shared-memory segment: on one host it
     is enabled; over ranks on several hosts every rank gets the same error

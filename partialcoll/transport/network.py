@@ -68,8 +68,10 @@ activation of partial collectives) are delayed like the rest but never
 lost.  A lost message still occupies the wire.
 
 What it does not model: queueing and buffers inside switches, congestion
-control, and several hosts (all ranks share one clock and one shared-memory
-segment, so it runs on one machine only).
+control, and several hosts.  All ranks share one clock and one
+shared-memory segment, so it runs on one machine only: enabling it over
+ranks on more than one host raises an error on every rank (each host
+would otherwise model its own copy of the network, silently).
 """
 from __future__ import annotations
 
@@ -250,6 +252,27 @@ def load(source: dict[str, Any] | str | os.PathLike[str]
         raise ScheduleError(f"{source}: not valid TOML: {e}") from None
 
 
+def _check_one_host(comm):
+    """Collective: raise on every rank unless all ranks of ``comm`` share
+    this host's shared memory (the emulated network is one segment there).
+
+    On several hosts each host would model its own copy of the network
+    (its own segment), and transfers between hosts would not share the
+    links they cross: a silently different network.  So it is refused."""
+    where = (MPI.Get_processor_name(), _job_key())
+    everyone = comm.allgather(where)
+    hosts = sorted({h for h, _ in everyone})
+    keys = {k for _, k in everyone}
+    if len(hosts) > 1 or len(keys) > 1:
+        names = ", ".join(hosts[:4]) + (", ..." if len(hosts) > 4 else "")
+        raise ScheduleError(
+            f"the emulated network models one host, but the {len(everyone)} "
+            f"ranks run on {max(len(hosts), len(keys))} (hosts {names}): each "
+            f"host would model its own copy of the network.  Run every rank "
+            f"on one host (mpiexec -n P with no host file), or leave the "
+            f"network out (unset {env.NETWORK}) across hosts")
+
+
 def _install(n, generation):
     digest = hashlib.sha1(repr(n).encode()).hexdigest()[:10]
     shm = f"/partialcoll-{_job_key()}-{generation}-{digest}"
@@ -270,6 +293,7 @@ def enable(source: dict[str, Any] | str | os.PathLike[str],
         raise ScheduleError("the emulated network spans MPI_COMM_WORLD: "
                             "enable it collectively over COMM_WORLD")
     n = normalise(load(source), comm.Get_size())
+    _check_one_host(comm)
     everyone = comm.allgather(repr(n))
     if any(x != everyone[0] for x in everyone):
         raise ScheduleError("partialcoll.network.enable() was given "
@@ -309,6 +333,8 @@ def _from_environment():
     path = env.get(env.NETWORK)
     if path:
         n = normalise(load(path), MPI.COMM_WORLD.Get_size())
+        # collective: every rank imports partialcoll when the variable is set
+        _check_one_host(MPI.COMM_WORLD)
         _install(n, 0)
 
 
