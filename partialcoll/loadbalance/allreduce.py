@@ -25,7 +25,12 @@ completion time.)  A server must be listening when the forecast comes, or
 it would find forecast and slices already there: so, as in the paper
 ("after receiving the latest strategy, each node transmits"), the plan
 carries a start time a little ahead (``lead``, 5 ms): every rank posts its
-receives at once and its sends wait for that time (a START_AT op).  Links
+receives at once and its sends wait for that time (a START_AT op).  The
+start time and the arrivals in the reports cross ranks on the
+communicator's reference clock (:mod:`partialcoll.core.clock`): each rank
+converts them from and to its own, so ranks on hosts whose clocks differ
+start together and the scheduler compares arrivals measured on different
+servers.  Links
 that span under 1 ms are not reported.  Servers report every link's
 arrivals (forecast, then each slice with its bytes) to the scheduler (rank
 0) after every call, with when each link's later traffic (the averages
@@ -63,10 +68,9 @@ import numpy as np
 import numpy.typing as npt
 from mpi4py import MPI
 
-from ..core import control, libcomm
+from ..core import clock, control, libcomm
 from ..core.errors import ArgumentTypeError, ScheduleError
 from ..core.checks import check_comm
-from ..core.engine import now
 from ..core.schedule import Schedule
 from . import plan as planner
 
@@ -144,7 +148,8 @@ class LoadBalancedAllreduce:
     shares: list[float]
     # the last call's plan: shares and slices
     plan: dict[str, Any]
-    # the NIC rate estimates S (bytes/s per rank) and the reports
+    # the NIC rate estimates S (bytes/s per rank) and the reports (their
+    # times on the reference clock, rank 0's)
     rates: dict[str, Any]
     calls: int          # calls so far
     _lc: libcomm.LibraryComm
@@ -153,6 +158,7 @@ class LoadBalancedAllreduce:
     _scheds: dict[tuple[Any, ...], tuple[Schedule, dict[str, Any]]]
     _closed: bool
     _go: float | None
+    _clock: clock.Clock
 
     def __init__(self, like: npt.ArrayLike, comm: MPI.Comm | None = None,
                  scheme: str = "aware", slice_elems: int = 120_000,
@@ -207,6 +213,7 @@ class LoadBalancedAllreduce:
                 "probes": (num_probe, size_probe, self.min_probe),
                 "measure": measure}
         control.require_same(lc, "LoadBalancedAllreduce", mine)
+        self._clock = clock.of(comm)
         self.size, self.rank = lc.size, lc.rank
         self._world = control.world_ranks(comm)   # the network's rank numbers
         N = self.size
@@ -221,7 +228,7 @@ class LoadBalancedAllreduce:
         self.plan = {"shares": list(self.shares), "slices": []}
         self.rates = {"S": [math.nan] * N, "reports": {}}
         self.calls, self._closed = 0, False
-        self._go = None              # the next call's start (pc.now())
+        self._go = None              # the next call's start (reference)
 
     # -- one call -----------------------------------------------------------
     def __call__(self, x: npt.NDArray[np.floating[Any]]) -> dict[str, Any]:
@@ -250,8 +257,9 @@ class LoadBalancedAllreduce:
         s, meta = self._schedule(tuple(slices))
         if self._go is None:
             self._go = self._lc.ctl.bcast(
-                now() + self.lead if self.rank == 0 else None)
-        meta["go"][0] = self._go
+                self._clock.reference_now() + self.lead
+                if self.rank == 0 else None)
+        meta["go"][0] = self._clock.to_local(self._go)
         s.bind(meta["x"], x.reshape(-1))
         try:
             s.post().wait()
@@ -338,23 +346,25 @@ class LoadBalancedAllreduce:
         rank noticed them (``t_done``): on a busy host the progress thread
         runs late, by more than a slice takes.  On the emulated network they
         come from the model, as a NIC's receive timestamps would; over plain
-        MPI they are the completion times."""
+        MPI they are the completion times.  Reported on the reference clock
+        (rank 0's), as the scheduler compares them across servers."""
         got = s.outcomes()
         t, t_wire = got.t_arrive, got.t_wire
+        ref = self._clock.to_reference
         out = {}
         for j, f in meta["forecast"].items():
             ops = meta["slices_in"][j]
             if not ops or not t[f] > 0 or \
                     max(t[op] for op in ops) - t[f] <= 1e-3:
                 continue
-            arrivals = [(float(t[f]), 0)] + \
-                [(float(t[op]), nbytes)
+            arrivals = [(ref(float(t[f])), 0)] + \
+                [(ref(float(t[op])), nbytes)
                  for op, nbytes in zip(ops, meta["slice_bytes"])]
             pulls = meta["pulls_in"][j]
-            until = max([t[op] for op in ops + pulls])
+            until = ref(float(max([t[op] for op in ops + pulls])))
             wired = [float(t_wire[op]) for op in pulls if t_wire[op] > 0]
-            out[(j, self.rank)] = (arrivals, float(until),
-                                   min(wired) if wired else None)
+            out[(j, self.rank)] = (arrivals, until,
+                                   ref(min(wired)) if wired else None)
         return out
 
     def _replan(self, reports):
@@ -385,7 +395,7 @@ class LoadBalancedAllreduce:
             self.rates["S"] = planner.node_throughput(out, inn)
             self.rates["out"], self.rates["in"] = out, inn
             self.rates["links"] = planner.link_rates(allrep)
-        return self._shares(), now() + self.lead
+        return self._shares(), self._clock.reference_now() + self.lead
 
     def _follow(self, estimates):
         """Each NIC's record after this call's (out, in) estimates; the
