@@ -23,7 +23,13 @@ Design constraints:
 4. A call is synchronous: it returns when this rank has the sum; the next
    call's plan waits for every rank's ready notice, so nothing of one
    call is in flight in the next.
-5. Bad input is refused on every rank: the constructor's arguments are
+5. Times cross ranks on the communicator's reference clock
+   (:mod:`partialcoll.core.clock`, rank 0's): every rank's ready time and
+   arrivals go to the planner converted to it, the planner's monitor and
+   plan (its hops' start times) are on it, and each rank converts a
+   hop's start back to its own clock for its START_AT.  Ranks on hosts
+   whose clocks differ by days still plan and start together.
+6. Bad input is refused on every rank: the constructor's arguments are
    the same everywhere and checked before any message; what only a call
    knows (``buf``, ``ready``) rides in the ready notice, the planner
    judges it, and every rank raises the same ValueError (a rank raising
@@ -35,6 +41,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from ...core import clock
 from ...core.checks import check_int
 from ...core.engine import now
 from ...core.schedule import Schedule
@@ -67,7 +74,9 @@ class DynamicTreeAllreduce:
         seed: the draws (a whole number >= 0).
 
     Every argument is checked on every rank before any message (ValueError
-    or TypeError everywhere, never a hang).
+    or TypeError everywhere, never a hang).  Creating it is collective (it
+    estimates the ranks' clock offsets the first time on ``comm``,
+    :func:`partialcoll.core.clock.of`).
 
     Example::
 
@@ -98,6 +107,7 @@ class DynamicTreeAllreduce:
                                   open_low=True)
         seed = check_seed(seed)
         self.data, self.ctl = comm.Dup(), comm.Dup()
+        self.clock = clock.of(comm)
         self.rank, self.size, self.planner = comm.rank, comm.size, planner
         self.k, self.root = aggregators, root
         self.plan, self.calls, self.cpu = None, 0, []
@@ -114,12 +124,12 @@ class DynamicTreeAllreduce:
         length and dtype on every rank) over the ranks, in place; returns
         it.
 
-        ``ready``: when this rank's data was ready, on the executor's
+        ``ready``: when this rank's data was ready, on its executor's
         clock (``partialcoll.now()``, CLOCK_MONOTONIC; default: now).  A
         ready that is not a finite number or lies more than
         ``READY_SLACK`` seconds in the future (``time.time()`` passed by
         mistake) is refused.  Every rank raises the same ValueError when
-        any rank's ``buf`` or ``ready`` is wrong (design point 5)."""
+        any rank's ``buf`` or ``ready`` is wrong (design point 6)."""
         buf = np.asarray(buf)
         problem = None
         if not buf.flags.c_contiguous or not buf.flags.writeable:
@@ -130,6 +140,8 @@ class DynamicTreeAllreduce:
             if problem:
                 raise ScheduleError(problem)
             return buf
+        if ready is not None:
+            ready = self.clock.to_reference(ready)
         notes = self.ctl.gather((ready, self._arrivals, buf.size,
                                  buf.dtype.str, problem), root=self.planner)
         plan = None
@@ -143,17 +155,21 @@ class DynamicTreeAllreduce:
                 return buf
             raise ScheduleError(plan)
         self.plan = plan
-        s, receives = build_tree_schedule(self.data, plan, buf)
+        s, receives = build_tree_schedule(self.data, plan, buf, self.clock)
         try:
             s.post().wait()
             got = s.outcomes()
-            self._arrivals = {h.tag: (float(got.t_arrive[op]),
-                                      float(got.t_wire[op]))
+            self._arrivals = {h.tag: (self._reference(got.t_arrive[op]),
+                                      self._reference(got.t_wire[op]))
                               for op, h in receives}
         finally:
             s.free()
         self.calls += 1
         return buf
+
+    def _reference(self, t):
+        """An outcome's time on the reference clock (0, none, stays 0)."""
+        return self.clock.to_reference(float(t)) if t > 0 else 0.0
 
     def _plan(self, notes, nbytes):
         c0 = time.thread_time()
@@ -234,10 +250,12 @@ def _refusal(notes):
     return None
 
 
-def build_tree_schedule(comm, plan, buf):
+def build_tree_schedule(comm, plan, buf, clock=None):
     """This rank's part of ``plan`` (a :class:`~.dyntree.TreePlan`) as a
     committed one-shot schedule on ``comm``; ``buf`` is this rank's update
-    and, once the schedule completed, the sum.  Returns (schedule,
+    and, once the schedule completed, the sum.  ``clock``: the
+    :class:`~partialcoll.core.clock.Clock` whose reference the plan's times
+    are on (None: they are on this rank's clock).  Returns (schedule,
     [(op, hop)] of its receives).
 
     Ops by role (a rank may have several)::
@@ -273,7 +291,8 @@ def build_tree_schedule(comm, plan, buf):
         elif h.src == me:
             after = list(summed) if h.what == "sum" else []
             if h.start is not None:
-                after.append(s.start_at(h.start))
+                after.append(s.start_at(
+                    h.start if clock is None else clock.to_local(h.start)))
             pushed.append(s.send(acc if h.what == "sum" else x, h.dst,
                                  h.tag, after=after, priority=h.priority))
     have = summed if me == root else []

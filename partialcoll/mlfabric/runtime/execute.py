@@ -14,6 +14,10 @@ Op by op::
 A sum's accumulator is the buffer its ``("sum", name)`` send reads: the
 sums are found from that send's ``after`` list.  Only public Schedule
 API is used.
+
+Times: a program's start times come from the server, on the reference
+clock (:mod:`partialcoll.core.clock`); :func:`build` converts them to this
+rank's clock, and the link reports go back on the reference clock.
 """
 import numpy as np
 
@@ -27,13 +31,16 @@ class BatchRun:
         schedule: the :class:`Schedule` (None when the program had no op
             to run, e.g. only drops).
         gates: {gate op: (commit, buffer)} in commit order.
-        recvs: [(op index, peer, bytes, planned start)] for link reports.
+        recvs: [(op index, peer, bytes, planned start, this rank)] for
+            link reports (the planned start on this rank's clock).
+        clock: the :class:`~partialcoll.core.clock.Clock` of the run.
         sent: [(what, peer, bytes)] of this rank's sends.
         summed: own updates this rank summed locally (as an aggregator).
         dropped: uids the scheduler dropped (never sent).
     """
 
-    def __init__(self):
+    def __init__(self, clock):
+        self.clock = clock
         self.schedule, self.gates, self.recvs = None, {}, []
         self.sent, self.dropped, self.request = [], [], None
         self.summed = []
@@ -44,7 +51,7 @@ class BatchRun:
 
     def reports(self):
         """[(t_end, src, dst, bytes, seconds)] of this run's receives, once
-        done: see :func:`link_report`."""
+        done: see :func:`link_report`; ``t_end`` on the reference clock."""
         if self.schedule is None or not self.recvs:
             return []
         got = self.schedule.outcomes()
@@ -52,7 +59,7 @@ class BatchRun:
         for op, peer, size, start, me in self.recvs:
             r = link_report(got, op, peer, me, size, start)
             if r is not None:
-                out.append(r)
+                out.append((self.clock.to_reference(r[0]),) + r[1:])
         return out
 
     def free(self):
@@ -63,7 +70,8 @@ class BatchRun:
 
 def link_report(outcomes, op, src, dst, size, start=None):
     """A receive's link measurement for the monitor: (t_end, src, dst,
-    bytes, seconds), or None.  On the emulated network, from the message's
+    bytes, seconds), or None, on this rank's clock (as ``start`` must be).
+    On the emulated network, from the message's
     first byte on the wire to its arrival (``t_wire``, ``t_arrive``: what
     NIC timestamps see, without the time it waited to be sent or queued
     behind earlier messages of its channel); elsewhere from ``start``
@@ -78,7 +86,7 @@ def link_report(outcomes, op, src, dst, size, start=None):
     return (end, src, dst, float(size), end - begin)
 
 
-def build(comm, program, held, length, dtype=np.float64):
+def build(comm, program, held, length, dtype=np.float64, *, clock):
     """Post ``program`` (this rank's ops for one batch) as a schedule.
 
     Args:
@@ -86,10 +94,14 @@ def build(comm, program, held, length, dtype=np.float64):
         program: a :class:`~.program.Program` (or its ``ops`` list).
         held: {uid: array} of updates this rank holds (its own).
         length, dtype: every update's and sum's shape.
+        clock: the run's :class:`~partialcoll.core.clock.Clock`; the
+            program's start times are on its reference clock.
     Returns a :class:`BatchRun` (its schedule posted, or None).
     """
     ops = program.ops if hasattr(program, "ops") else program
-    run, me = BatchRun(), getattr(program, "rank", comm.rank)
+    run, me = BatchRun(clock), getattr(program, "rank", comm.rank)
+    local = {i: clock.to_local(float(op.start)) for i, op in enumerate(ops)
+             if op.start is not None}
     run.dropped = [op.what[1] for op in ops if op.kind == "drop"]
     if not any(op.kind != "drop" for op in ops):
         return run
@@ -115,14 +127,14 @@ def build(comm, program, held, length, dtype=np.float64):
         after = [index[a] for a in op.after]
         if op.kind == "send":
             if op.start is not None:
-                after.append(s.start_at(float(op.start)))
+                after.append(s.start_at(local[i]))
             index[i] = s.send(slot(op.what), op.peer, op.tag, after=after,
                               priority=int(op.priority))
             run.sent.append((op.what, op.peer, op.size))
         elif op.kind == "recv":
             index[i] = s.recv(slot(op.what, fresh=True), op.peer, op.tag,
                               priority=int(op.priority))
-            run.recvs.append((index[i], op.peer, op.size, op.start, me))
+            run.recvs.append((index[i], op.peer, op.size, local.get(i), me))
         elif op.kind == "sum":
             if op.what[0] == "update" and op.what[1] in held:
                 run.summed.append(op.what)

@@ -37,7 +37,8 @@ class Op:
     kind: "send" | "recv" | "sum" | "apply" | "drop".
     peer: the other rank (sends, receives); tag: the message's tag.
     what: ("update", uid) or ("sum", group id): the buffer.
-    size: bytes; start: earliest start (sends); priority: commit position.
+    size: bytes; start: earliest start (sends; on the reference clock,
+    :mod:`partialcoll.core.clock`); priority: commit position.
     after: ops (indices into the same program) it waits for.
     commit: the commit's index at its destination (apply).
     stream: "server" or "replica" (whose commits it serves).

@@ -25,6 +25,11 @@ Design constraints:
    grouping, equals the server's once both applied the same updates.
 7. Loops poll without spinning: a rank waits on a gate or sleeps 1 ms
    when nothing is ready.
+8. Times cross ranks on the reference clock (the server's, rank 0's:
+   :mod:`partialcoll.core.clock`): the programs' start times, the link
+   reports and the sending time a model copy carries.  Each rank converts
+   them from and to its own clock, so the ranks may run on hosts whose
+   clocks differ by days.
 
 The server loop, channels and pulls here are MLfabric's own; TicTac's
 parameter server (:mod:`partialcoll.tictac.ps`) and the load balancer
@@ -38,7 +43,6 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ...core.engine import now
 from ...core.errors import ScheduleError, WaitTimeout
 from ...core.schedule import Schedule
 from .execute import start_times
@@ -188,11 +192,12 @@ class DataTags:
         return FIRST_TAG + next(self._count) % TAG_SPAN
 
 
-def pull_buffer(params, version):
+def pull_buffer(params, version, clock):
     """A model pull's payload: the parameters, their version and the
-    sending time (the receiver times the link from it)."""
+    sending time on ``clock``'s reference clock (the receiver times the
+    link from it)."""
     out = np.empty(params.size + 2)
-    out[:-2], out[-2], out[-1] = params, version, now()
+    out[:-2], out[-2], out[-1] = params, version, clock.reference_now()
     return out
 
 
@@ -205,10 +210,10 @@ def freed_if_done(s):
     return False
 
 
-def send_pull(dcomm, params, version, worker, priority=-1):
+def send_pull(dcomm, params, version, worker, clock, priority=-1):
     """Post the model to ``worker``; returns the one-shot schedule."""
     s = Schedule(dcomm)
-    s.send(s.buffer(pull_buffer(params, version)), worker, PULL_TAG,
+    s.send(s.buffer(pull_buffer(params, version, clock)), worker, PULL_TAG,
            priority=priority)
     s.commit()
     s.post()

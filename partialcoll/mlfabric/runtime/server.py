@@ -34,10 +34,13 @@ from .roles import (CTL, Applier, DataTags, Stats, async_programs,
 class Server:
     """Rank 0: the model, the scheduler, the applies."""
 
-    def __init__(self, cfg, model, optimizer, roles, dcomm, ctl):
+    def __init__(self, cfg, model, optimizer, roles, dcomm, ctl, clock):
         self.cfg, self.model, self.opt, self.roles = cfg, model, optimizer, \
             roles
         self.dcomm, self.ctl = dcomm, ctl
+        # the scheduler plans on the reference clock (roles, point 8); the
+        # loop's own timing stays on this rank's clock
+        self.clock = clock
         self.w = np.array(model.params, dtype=np.float64).reshape(-1)
         self.version, self.stats = 0, Stats()
         self.ready, self.held_pulls, self.pulls = [], {}, []
@@ -180,7 +183,8 @@ class Server:
             return
         for w in sorted(waiting):
             del self.held_pulls[w]
-            self.pulls.append(send_pull(self.dcomm, self.w, self.version, w))
+            self.pulls.append(send_pull(self.dcomm, self.w, self.version, w,
+                                        self.clock))
             self._sent_model(0, w)
 
     def _sent_model(self, src, dst):
@@ -189,7 +193,8 @@ class Server:
             self.stats.pulls["server"] += 1
         net = self.sched.net if self.sched is not None else None
         if net is not None:
-            net.reserve(src, dst, now(), float(self.w.nbytes))
+            net.reserve(src, dst, self.clock.reference_now(),
+                        float(self.w.nbytes))
 
     def _distribute_model(self, waiting):
         """One batch of pulls over a distribution tree: the relays are the
@@ -197,7 +202,7 @@ class Server:
         (:func:`.dyntree.choose_relays`: at most ``distributors``, fewer
         than the requesters); each requester is told where its copy comes
         from and, as a relay, where to forward it."""
-        t = now()
+        t = self.clock.reference_now()
         out, inn = self.sched.monitor.rates(t)
         relays = choose_relays(waiting, out, inn, self.roles.server,
                                self.cfg.distributors)
@@ -213,7 +218,8 @@ class Server:
             source[dst] = src
             if src == self.roles.server:
                 self.pulls.append(send_pull(self.dcomm, self.w, self.version,
-                                            dst, priority=i - len(hops) - 1))
+                                            dst, self.clock,
+                                            priority=i - len(hops) - 1))
             else:
                 forward[src].append(dst)
             self._sent_model(src, dst)
@@ -226,17 +232,18 @@ class Server:
     def _batch(self, t):
         if self.cfg.mode == "async":
             return
+        t_plan = self.clock.to_reference(t)
         if self.cfg.mode == "mlfabric-s":
             if len(self.ready) < len(self.roles.workers):
                 return
-            agg, wall = self.sched.plan_sync(t, self.ready)
+            agg, wall = self.sched.plan_sync(t_plan, self.ready)
             self.t_full = t
             plan = BatchPlan(dropped=[], groups=agg.groups, replication=None)
             self.stats.sched_cpu.append(wall)
         else:
             if not self.ready and not self.sched.backlog:
                 return
-            plan = self.sched.plan(t, self.ready)
+            plan = self.sched.plan(t_plan, self.ready)
             self.stats.sched_cpu.append(plan.cpu["total"])
             self._drop([g for g, _ in plan.dropped],
                        None, [r for _, r in plan.dropped])
@@ -259,7 +266,8 @@ class Server:
         for rank, prog in progs.items():
             mine = members.get(rank, {})
             if rank == self.roles.server:
-                run = build(self.dcomm, prog, {}, self.w.size)
+                run = build(self.dcomm, prog, {}, self.w.size,
+                            clock=self.clock)
                 self.applier.add(run, mine)
             else:
                 self.ctl.send(("batch", prog.ops, mine), dest=rank, tag=CTL)
@@ -268,7 +276,7 @@ class Server:
         tag = next(self.tags)
         send, recv = async_programs(g.uid, g.worker, g.size, tag)
         self.ctl.send(("batch", send.ops, {}), dest=g.worker, tag=CTL)
-        run = build(self.dcomm, recv, {}, self.w.size)
+        run = build(self.dcomm, recv, {}, self.w.size, clock=self.clock)
         self.applier.add(run, {0: [g]})
 
     # -- applying -----------------------------------------------------------
@@ -318,8 +326,9 @@ IDLE_WAIT = 0.002
 class Replica:
     """The replica: applies its commits in its plan's order."""
 
-    def __init__(self, cfg, model, optimizer, roles, dcomm, ctl):
+    def __init__(self, cfg, model, optimizer, roles, dcomm, ctl, clock):
         self.cfg, self.opt, self.dcomm, self.ctl = cfg, optimizer, dcomm, ctl
+        self.clock = clock
         self.w = np.array(model.params, dtype=np.float64).reshape(-1)
         self.stats, self.version = Stats(), 0
         self.applier = Applier(self._apply)
@@ -335,7 +344,8 @@ class Replica:
         while not (finishing and self.applier.empty()):
             for _, msg in ctl_messages(self.ctl):
                 if msg[0] == "batch":
-                    run = build(self.dcomm, msg[1], {}, self.w.size)
+                    run = build(self.dcomm, msg[1], {}, self.w.size,
+                                clock=self.clock)
                     self.applier.add(run, msg[2])
                 elif msg[0] == "finish":
                     finishing = True

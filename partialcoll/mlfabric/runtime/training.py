@@ -6,6 +6,7 @@ import math
 import numpy as np
 from mpi4py import MPI
 
+from ...core import clock
 from ...core.checks import check_comm
 from .config import RunConfig
 from .optim import SGD
@@ -28,7 +29,10 @@ class RunResult:
             expected; "stopped": an iteration cut short by the end).
         delays: {delay: updates applied} (the paper's convention).
         bytes: {(src, dst): bytes sent} over the emulated network.
-        scheduler: {"batches", "cpu_mean", "cpu_max"} seconds per batch.
+        scheduler: {"batches", "cpu_mean", "cpu_max"} seconds per batch,
+            and "rates": the link monitor's estimates at the end,
+            ({node: out bytes/s}, {node: in bytes/s}) (None in mode
+            "async", which has no scheduler).
         pulls: {"server": model copies the server sent, "relayed": copies
             relays forwarded, "chained": those of them that the relay had
             itself from a relay (a tree three or more levels deep, as
@@ -98,7 +102,7 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
         start = ctl.bcast(check_same_model(ctl, model), root=0)
         model.params = start
         role = _role(comm.rank, roles)(cfg, model, optimizer, roles, dcomm,
-                                       ctl)
+                                       ctl, clock.of(comm))
         t0 = MPI.Wtime()
         final = role.run()
         return _share_result(ctl, role, roles, cfg, final, MPI.Wtime() - t0)
@@ -196,13 +200,16 @@ def _result(server, everyone, roles, cfg, wall):
                    "divergence": float(np.linalg.norm(server.w -
                                                       rep["params"]))}
     cpu = st.sched_cpu
+    rates = None if server.sched is None else \
+        server.sched.monitor.rates(server.clock.reference_now())
     return RunResult(
         params=server.w, losses=st.losses,
         time_to_target=server.t_reached, drops=dict(st.drops),
         delays=dict(sorted(st.delays.items())), bytes=dict(nbytes),
         scheduler={"batches": len(cpu),
                    "cpu_mean": float(np.mean(cpu)) if cpu else 0.0,
-                   "cpu_max": float(max(cpu, default=0.0))},
+                   "cpu_max": float(max(cpu, default=0.0)),
+                   "rates": rates},
         updates={"notified": len(st.notified),
                  "applied": sum(applied.values()), "dropped": len(dropped)},
         pulls={k: pulls[k] for k in ("server", "relayed", "chained",

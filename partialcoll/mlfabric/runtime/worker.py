@@ -20,7 +20,6 @@ import collections
 
 import numpy as np
 
-from ...core.engine import now
 from ...core.schedule import Schedule
 from .execute import build, link_report
 from .roles import CTL, PULL_TAG, Stats, ctl_messages, freed_if_done, idle
@@ -34,9 +33,10 @@ FORWARD = 1000
 class Worker:
     """One worker: compute, notify, pull; run what the scheduler says."""
 
-    def __init__(self, cfg, model, optimizer, roles, dcomm, ctl):
+    def __init__(self, cfg, model, optimizer, roles, dcomm, ctl, clock):
         self.cfg, self.model, self.opt = cfg, model, optimizer
         self.dcomm, self.ctl, self.rank = dcomm, ctl, dcomm.rank
+        self.clock = clock          # times to and from the server
         self.params = np.array(model.params, dtype=np.float64).reshape(-1)
         self.n, self.version, self.step = self.params.size, 0, 0
         self.history = optimizer.history(self.n)
@@ -87,7 +87,8 @@ class Worker:
 
     def _message(self, msg):
         if msg[0] == "batch":
-            run = build(self.dcomm, msg[1], self.held, self.n)
+            run = build(self.dcomm, msg[1], self.held, self.n,
+                        clock=self.clock)
             for uid in run.dropped:
                 self.stats.dropped_here.add(uid)
                 self.held.pop(uid, None)
@@ -149,11 +150,12 @@ class Worker:
 
     def _pulled(self):
         self.params[:] = self.pulled[:-2]
-        self.version, sent_at = int(self.pulled[-2]), float(self.pulled[-1])
+        self.version = int(self.pulled[-2])
+        sent_at = self.clock.to_local(float(self.pulled[-1]))
         r = link_report(self.pull.outcomes(), self.pull_op, self.pull_src,
                         self.rank, self.params.nbytes, sent_at)
         if r is not None:
-            self.reports.append(r)
+            self.reports.append((self.clock.to_reference(r[0]),) + r[1:])
         for i, dst in enumerate(self.forward_to):
             self._forward(dst, i)
             if self.pull_src != 0:   # a copy that came from a relay: the
@@ -168,7 +170,7 @@ class Worker:
         """Relay the model just received to ``dst`` (a copy, re-stamped:
         the receiver times this link alone)."""
         buf = self.pulled.copy()
-        buf[-1] = now()
+        buf[-1] = self.clock.reference_now()
         s = Schedule(self.dcomm)
         s.send(s.buffer(buf), dst, PULL_TAG, priority=priority - FORWARD)
         s.commit()
