@@ -14,7 +14,10 @@ Events (the C core's names): ``ready``, ``start``, ``gated`` (a send waits
 in a gate), ``released`` (handed to the wire), ``wire_start``/``wire_end``
 (bytes on the emulated wire), ``delivered``/``dropped``/``timedout``
 (receive outcomes), ``complete``, ``round``.  Times are the executor's clock
-(:func:`partialcoll.now`), shared by the processes of a host.
+(:func:`partialcoll.now`), shared by the processes of a host; a merged
+trace puts every rank's on the clock of ``comm``'s rank 0, with the
+offsets estimated by :mod:`partialcoll.core.clock` (their error bounds
+are in the file).
 
 Reading one back: ``tl = load("trace.json")``, then ``tl.transfers()``
 (one row per message: who, when it was released, on the wire, delivered),
@@ -31,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from mpi4py import MPI
 
-from ..core import engine, env, libcomm
+from ..core import clock, engine, env, libcomm
 from ..core.errors import ScheduleError
 from ..core.checks import check_comm
 from ..core.slots import OUTCOMES as _OUTCOMES
@@ -116,16 +119,32 @@ def events() -> list[dict[str, Any]]:
 def write(path: str | os.PathLike[str], comm: MPI.Comm | None = None
           ) -> str | os.PathLike[str] | None:
     """Collective over ``comm`` (default COMM_WORLD): gather every rank's
-    events and write one Chrome trace JSON at ``path`` on rank 0."""
+    events and write one Chrome trace JSON at ``path`` on rank 0.
+
+    Every rank's times are put on rank 0's clock (ranks on other hosts
+    count from another origin): each rank sends them on ``comm``'s
+    reference clock (:func:`partialcoll.core.clock.of`, an estimate made
+    the first time, collective) and rank 0 reads them on its own.  The
+    file's ``partialcoll.clock`` holds each rank's estimated offset and
+    its error bound (seconds, by world rank)."""
     comm = check_comm(comm)
-    mine = raw()
+    clk = clock.of(comm)
+    mine = raw().copy()
+    mine["t"] = clk.to_reference(mine["t"])
     world = MPI.COMM_WORLD.Get_rank()
-    everyone = comm.gather((world, mine.tobytes()), root=0)
+    everyone = comm.gather((world, clk.offset, clk.error, mine.tobytes()),
+                           root=0)
     if comm.Get_rank() != 0:
         return None
     assert everyone is not None          # gathered at rank 0
-    per_rank = {r: np.frombuffer(b, EVENT_DTYPE) for r, b in everyone}
+    per_rank = {}
+    for r, _, _, b in everyone:
+        per_rank[r] = np.frombuffer(b, EVENT_DTYPE).copy()
+        per_rank[r]["t"] = clk.to_local(per_rank[r]["t"])
     trace = to_chrome(per_rank)
+    trace["partialcoll"]["clock"] = {
+        "reference": world, "offsets": {str(r): o for r, o, _, _ in everyone},
+        "errors": {str(r): e for r, _, e, _ in everyone}}
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(trace, f)
@@ -169,7 +188,8 @@ def _spans(rank, evs, t0):
 
 
 def to_chrome(per_rank: dict[int, npt.NDArray[np.void]]) -> dict[str, Any]:
-    """Chrome trace (dict) from {world rank: event array}."""
+    """Chrome trace (dict) from {world rank: event array}, every rank's
+    times on one clock."""
     allt = [a["t"].min() for a in per_rank.values() if len(a)]
     t0 = min(allt) if allt else 0.0
     out = []
