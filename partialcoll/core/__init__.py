@@ -4,7 +4,8 @@
   commit it, post it (:mod:`.slots` names its buffers, :mod:`.ops` its
   reductions and datatypes, :mod:`.request` its requests);
 * :mod:`.engine` -- the progress engine as a whole (clock, counters, the
-  transport layer's switches);
+  transport layer's switches); :mod:`.clock` -- each rank's clock offset
+  to a communicator's reference rank, for times that cross ranks;
 * :mod:`.libcomm` -- the library's duplicates of user communicators,
   their tag space (:mod:`.tags`) and control collectives (:mod:`.control`);
 * :mod:`.arrays`, :mod:`.buffers`, :mod:`.devices`, :mod:`.kernels` --

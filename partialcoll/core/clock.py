@@ -1,14 +1,14 @@
 """One clock for the ranks of a communicator: each rank's offset to the
 clock of a reference rank, estimated by ping-pong (Cristian's method).
 
-The executor's clock (:func:`.engine.now`, CLOCK_MONOTONIC) counts from an
-arbitrary point per host.  The processes of one host share it; two hosts'
-readings can be days apart.  So a time that one rank hands another (a start
-time, an arrival reported to a planner, a timeline event) is meaningless
-on the receiver's clock as it stands.  Times cross ranks on the reference
-clock instead, rank 0's of the communicator: the sender converts its local
-time with :meth:`Clock.to_reference`, the receiver converts it back to its
-own with :meth:`Clock.to_local`.
+The executor's clock (:func:`partialcoll.now`, CLOCK_MONOTONIC) counts
+from an arbitrary point per host.  The processes of one host share it; two
+hosts' readings can be days apart.  So a time that one rank hands another
+(a start time, an arrival reported to a planner, a timeline event) is
+meaningless on the receiver's clock as it stands.  Times cross ranks on
+the reference clock instead, rank 0's of the communicator: the sender
+converts its local time with :meth:`Clock.to_reference`, the receiver
+converts it back to its own with :meth:`Clock.to_local`.
 
 The estimate (collective; :func:`of` makes it at first use per
 communicator, :func:`reestimate` again on demand).  The reference serves
