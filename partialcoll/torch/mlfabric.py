@@ -53,7 +53,8 @@ class ParamMap:
         for p in self.params:
             if not p.dtype.is_floating_point:
                 raise ArgumentTypeError(f"parameter of dtype {p.dtype}: only "
-                                "floating-point parameters can be trained")
+                                        "floating-point parameters can be "
+                                        "trained")
         self.numels = [p.numel() for p in self.params]
         self.offsets = np.concatenate([[0], np.cumsum(self.numels)])
         self.size = int(self.offsets[-1])

@@ -18,10 +18,12 @@ def _none_or(schema: dict[str, Any], says: str) -> dict[str, Any]:
     return {"anyOf": [{"type": "null"}, schema], "says": says}
 
 
-_COUNT: dict[str, Any] = {"type": "integer", "minimum": 0, "says": "an integer >= 0"}
+_COUNT: dict[str, Any] = {"type": "integer", "minimum": 0,
+                          "says": "an integer >= 0"}
 _RANKS: dict[str, Any] = {"anyOf": [_COUNT, {"type": "array", "items": _COUNT,
-                             "uniqueItems": True}],
-          "says": "an integer >= 0, or a list of distinct ranks"}
+                                             "uniqueItems": True}],
+                          "says": "an integer >= 0, or a list of distinct "
+                                  "ranks"}
 
 #: The settings every training loop shares (:func:`check_run`), as a JSON
 #: Schema (:mod:`partialcoll.core.schemas`).
