@@ -69,7 +69,7 @@ def test_device_benchmarks_run_on_the_emulated_device(rank_tmp):
                                       "--repeat", "1", "--device", "emulate"]))
     assert [r["device"] for r in rows] == ["emulate"] * 2
     rows = latency.run(args_for(latency, ["--iters", "4", "--step-ms", "0.1",
-                                          "--count", "300",
+                                          "--size", "1200",
                                           "--device", "emulate"]))
     assert [r["impl"] for r in rows][-1] == "solo"
     with pytest.raises(SystemExit, match="NCCL needs --device gpu"):
@@ -118,7 +118,7 @@ def test_netcal_rps_and_aware_benchmarks_run():
                                                   "allreduce"}
         assert all(r["loss"] > 0 for r in rows)
     rows = aware.run(args_for(aware, [
-        "--mbytes", "0.2", "--every", "0.3", "--redraws", "2",
+        "--size", "200kB", "--every", "0.3", "--redraws", "2",
         "--sweep", "20000", "--sweep-iters", "2", "--overhead-iters", "3",
         "--slice", "20000"]))
     if MPI.COMM_WORLD.rank == 0:
@@ -258,7 +258,7 @@ def test_aware_slice_sweep_alone_with_a_per_message_cost(rank_tmp):
     per-message cost), one row per slice size, and its plot."""
     png = rank_tmp / "u.png"
     rows = aware.run(args_for(aware, [
-        "--mbytes", "0.2", "--sweep", "10000,40000", "--sweep-iters", "2",
+        "--size", "200kB", "--sweep", "10000,40000", "--sweep-iters", "2",
         "--schemes", "", "--overhead-iters", "0",
         "--message-overhead", "1 ms", "--plot", str(png)]))
     if MPI.COMM_WORLD.rank == 0:

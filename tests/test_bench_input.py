@@ -14,15 +14,18 @@ from partialcoll.bench.__main__ import COMMANDS, build_parser
 BAD = [
     "latency --step-ms -5", "latency --iters 0", "latency --iters -2",
     "latency --count -4", "latency --warmup -1", "latency --step-ms nan",
+    "latency --size 6", "latency --size 0", "latency --size 4K --count 2",
     "hyperplane --delays -50", "hyperplane --delays 200,x",
     "hyperplane --eval-every 0", "hyperplane --steps 0",
     "sweep --iters -3", "sweep --iters 0", "sweep --sizes -8",
     "sweep --sizes 0", "sweep --sizes 8,,x", "sweep --warmup -1",
-    "sweep --repeat 0",
+    "sweep --repeat 0", "sweep -m 64:8", "sweep -m 8:64 --sizes 8",
+    "sweep -f 1", "sweep -d int3", "tictac -i 0", "tictac -x -1",
     "mlfabric-sched --sizes 0", "mlfabric-sched --sizes -5",
     "mlfabric-sched --repeats 0", "mlfabric-sched --runs 0",
     "mlfabric-sched --aggregators -1", "mlfabric-sched --seed -1",
-    "aware --mbytes -1", "aware --low 0", "aware --every inf",
+    "aware --mbytes -1", "aware --size 1MiB+", "aware --size 2",
+    "aware --low 0", "aware --every inf",
     "aware --schemes aware,fast", "aware --schemes aware,,oracle",
     "netcal --size -5", "netcal --size 0", "netcal --repeat 0",
     "rps --every 0", "rps --iters 0",
@@ -72,7 +75,7 @@ def test_good_values_pass():
     assert (a.iters, a.warmup) == (7, 0)
     a = p.parse_args("allreduce -m 8:4M -i 100 -x 10".split())
     assert a.message_size == (8, 4 << 20)
-    assert (a.iterations, a.warmup) == (100, 10)
+    assert (a.iters, a.warmup) == (100, 10)
     a = p.parse_args("allreduce -b 1KB -e 64K -f 4 -o max -d int64".split())
     assert (a.minbytes, a.maxbytes, a.stepfactor) == ("1KB", "64K", 4.0)
 

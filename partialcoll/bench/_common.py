@@ -75,12 +75,128 @@ def _read_by(read, example, hint=""):
 #: benchmark reads it with :func:`parse_size`
 byte_size = _read_by(lambda t: units.size(t, minimum=1), "size",
                      f"; sizes are {units.SIZE_HELP}")
+#: argparse type: a size in bytes >= 0, for options where 0 turns
+#: something off (tictac-allreduce's --partition)
+byte_size_or_0 = _read_by(units.size, "size", f"; sizes are {units.SIZE_HELP}")
 #: argparse type: a rate ('10 MB/s', '2 MiB/s', '1 Gb/s'), for
 #: ``partialcoll.network.rate``
 rate_text = _read_by(units.rate, "rate")
 #: argparse type: a duration ('20 ms', '250 us', '0'), for
 #: ``partialcoll.network.seconds``
 duration_text = _read_by(units.duration, "duration")
+
+
+def float32_bytes(text):
+    """argparse type of a message of float32 elements given in bytes: a
+    size > 0 and a multiple of 4 ('4M' is 1,048,576 elements); returns
+    the text, read again with :func:`parse_size`."""
+    byte_size(text)
+    if parse_size(text) % 4:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is {parse_size(text)} bytes, not a whole number of "
+            f"float32 elements (4 bytes each): give a multiple of 4")
+    return text
+
+
+float32_bytes.__name__ = "size"
+
+
+def size_range(text):
+    """argparse type of ``-m``: 'MIN:MAX' (or one size) -> (min, max) in
+    bytes, as ``osu_allreduce -m 8:4M`` reads it."""
+    lo, _, hi = text.partition(":")
+    lo, hi = byte_size(lo or "1"), byte_size(hi or lo or "1")
+    if parse_size(lo) > parse_size(hi):
+        raise argparse.ArgumentTypeError(f"MIN is larger than MAX in "
+                                         f"{text!r}")
+    return parse_size(lo), parse_size(hi)
+
+
+def factor(text):
+    """argparse type of ``-f``: a number > 1, the ratio of one size of a
+    sweep to the last."""
+    try:
+        f = float(text)
+    except ValueError:
+        f = 0.0
+    if not f > 1 or not math.isfinite(f):
+        raise argparse.ArgumentTypeError(f"a factor > 1, not {text!r}")
+    return f
+
+
+def sizes_between(lo, hi, step):
+    """[lo, lo x step, ...] up to ``hi`` (bytes, whole, each once)."""
+    out, s = [], float(lo)
+    while s <= hi:
+        if not out or int(s) != out[-1]:
+            out.append(int(s))
+        s *= step
+    return out
+
+
+# The options every benchmark spells alike (a test over every command
+# keeps it so): -i/--iters for timed iterations, -x/--warmup for untimed
+# ones first, -d/--dtype for the element type, -m MIN:MAX and -f for a
+# sweep over message sizes, and sizes in bytes read by parse_size.
+
+def add_iters(p, default, help, *aliases):
+    """``-i/--iters``: timed iterations (``aliases``: other spellings of
+    the same option, such as OSU's ``--iterations``)."""
+    p.add_argument("-i", "--iters", *aliases, dest="iters", type=whole(1),
+                   default=default, help=help)
+
+
+def add_warmup(p, default, help):
+    """``-x/--warmup``: untimed iterations before the timed ones."""
+    p.add_argument("-x", "--warmup", type=whole(0), default=default,
+                   help=help)
+
+
+def add_dtype(p, choices, default="float32", *aliases):
+    """``-d/--dtype``: the element type of the messages."""
+    p.add_argument("-d", "--dtype", *aliases, dest="dtype", choices=choices,
+                   default=default, metavar="DTYPE",
+                   help=f"element type: {', '.join(choices)}")
+
+
+def add_size_range(p, default, group=None):
+    """``-m MIN:MAX`` (into ``group`` if given: a mutually exclusive one)
+    and ``-f``: the sizes of a sweep, OSU style; the caller turns them
+    into sizes with :func:`sizes_between`.  ``default`` says in --help
+    what runs without ``-m``."""
+    (group or p).add_argument(
+        "-m", "--message-size", type=size_range, default=None,
+        metavar="MIN:MAX",
+        help=f"size range in bytes, OSU style (default: {default})")
+    p.add_argument("-f", "--stepfactor", type=factor, default=2.0,
+                   help="each size of the range is the last times this")
+
+
+class _Renamed(argparse.Action):
+    """A former option that still works: its value, converted into the
+    text the new option reads, goes to the new option's destination, and
+    rank 0 says what to write instead."""
+
+    def __init__(self, option_strings, dest, new, convert, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new, self.convert = new, convert
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        text = self.convert(values)
+        setattr(namespace, self.dest, text)
+        parser._print_message(f"{parser.prog}: {option_string} is "
+                              f"deprecated: {option_string} {values} is "
+                              f"{self.new} {text}\n", sys.stderr)
+
+
+def add_renamed(group, old, new, dest, type, convert, metavar, help):
+    """``old`` kept as a deprecated spelling of ``new`` (in the same
+    mutually exclusive ``group``): ``type`` checks its value,
+    ``convert`` turns it into ``new``'s text, stored in ``dest``."""
+    group.add_argument(old, action=_Renamed, dest=dest, new=new,
+                       convert=convert, type=type, metavar=metavar,
+                       default=argparse.SUPPRESS,
+                       help=f"deprecated: {help}; write {new}")
 
 
 def listed(item, empty=False):

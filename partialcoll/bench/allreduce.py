@@ -10,7 +10,10 @@ as those tools), ``4MiB`` or ``4MB`` (decimal).  For each size,
 implementation and placement: ``-x`` untimed calls, then ``-i`` timed
 calls between two barriers (partial collectives are flushed before each
 barrier, as their contract asks); a rank's time is the block's time over
-``-i``, and avg/min/max are over the ranks.
+``-i``, and avg/min/max are over the ranks.  The options are spelled as
+in every partialcoll benchmark (``-i/--iters``, ``-x/--warmup``,
+``-d/--dtype``); OSU's ``--iterations`` and nccl-tests' ``--datatype``
+are read too.
 
 Columns: ``algbw`` = size / avg time; ``busbw`` = algbw x 2(n-1)/n, what
 each rank's links carried for a bandwidth-optimal allreduce (nccl-tests'
@@ -31,8 +34,9 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import (byte_size, cli, emit, parse_size, progress, whole,
-                      writable)
+from ._common import (add_dtype, add_iters, add_size_range, add_warmup,
+                      byte_size, cli, emit, parse_size, progress,
+                      sizes_between, whole, writable)
 
 IMPLS = ("MPI_Allreduce", "allreduce", "solo", "majority", "quorum")
 PARTIAL = ("solo", "majority", "quorum")
@@ -41,47 +45,18 @@ OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX,
 DTYPES = ("float32", "float64", "float16", "int32", "int64")
 
 
-def size_range(text):
-    """argparse type of ``-m``: 'MIN:MAX' (or one size) -> (min, max)."""
-    import argparse
-    lo, _, hi = text.partition(":")
-    lo, hi = byte_size(lo or "1"), byte_size(hi or lo or "1")
-    if parse_size(lo) > parse_size(hi):
-        raise argparse.ArgumentTypeError(f"MIN is larger than MAX in "
-                                         f"{text!r}")
-    return parse_size(lo), parse_size(hi)
-
-
-def factor(text):
-    import argparse
-    try:
-        f = float(text)
-    except ValueError:
-        f = 0.0
-    if not f > 1:
-        raise argparse.ArgumentTypeError(f"a factor > 1, not {text!r}")
-    return f
-
-
 def add_args(p):
-    p.add_argument("-m", "--message-size", type=size_range, default=None,
-                   metavar="MIN:MAX",
-                   help="size range in bytes, OSU style (default 8:1M)")
+    add_size_range(p, "8:1M")
     p.add_argument("-b", "--minbytes", type=byte_size, default=None,
                    help="smallest size, nccl-tests style (default 8)")
     p.add_argument("-e", "--maxbytes", type=byte_size, default=None,
                    help="largest size (default 1M)")
-    p.add_argument("-f", "--stepfactor", type=factor, default=2.0,
-                   help="each size is the last times this (default 2)")
-    p.add_argument("-i", "--iterations", type=whole(1), default=100,
-                   help="timed calls per size (default 100)")
-    p.add_argument("-x", "--warmup", type=whole(0), default=10,
-                   help="untimed calls first (default 10)")
+    add_iters(p, 100, "timed calls per size", "--iterations")
+    add_warmup(p, 10, "untimed calls first")
     p.add_argument("-o", "--op", choices=list(OPS), default="sum",
                    help="reduction (default sum; avg: MPI_Allreduce sums "
                         "and divides, the partial collectives skip it)")
-    p.add_argument("-d", "--datatype", choices=DTYPES, default="float32",
-                   help="element type (default float32)")
+    add_dtype(p, DTYPES, "float32", "--datatype")
     p.add_argument("-c", "--check", type=int, choices=(0, 1), default=1,
                    help="check each result, #wrong column (default 1)")
     p.add_argument("--impls", default=",".join(IMPLS),
@@ -111,12 +86,7 @@ def sizes_of(args):
         if lo > hi:
             raise SystemExit(f"partialcoll-bench allreduce: -b {lo} is "
                              f"larger than -e {hi}")
-    out, s = [], float(lo)
-    while s <= hi:
-        if not out or int(s) != out[-1]:
-            out.append(int(s))
-        s *= args.stepfactor
-    return out
+    return sizes_between(lo, hi, args.stepfactor)
 
 
 def impls_of(args):
@@ -190,9 +160,9 @@ def measure(impl, op, dtype, count, args, comm, k, inplace):
         pc.flush_partials(comm)
     comm.Barrier()
     t0 = time.perf_counter()
-    for _ in range(args.iterations):
+    for _ in range(args.iters):
         call(send, recv)
-    t = (time.perf_counter() - t0) / args.iterations * 1e6
+    t = (time.perf_counter() - t0) / args.iters * 1e6
     if partial:
         pc.flush_partials(comm)
     wrong = 0
@@ -213,7 +183,7 @@ def measure(impl, op, dtype, count, args, comm, k, inplace):
 
 def run(args, comm=MPI.COMM_WORLD):
     sizes, impls = sizes_of(args), impls_of(args)
-    dtype = np.dtype(args.datatype)
+    dtype = np.dtype(args.dtype)
     k = args.quorum or max(comm.size // 2, 1)
     if k > comm.size:
         raise SystemExit(f"partialcoll-bench allreduce: --quorum {k} is "
@@ -241,7 +211,7 @@ def run(args, comm=MPI.COMM_WORLD):
                     "time_us": avg, "min_us": lo, "max_us": hi,
                     "algbw": algbw, "busbw": algbw * 2 * (n - 1) / n,
                     "#wrong": wrong if args.check else "N/A",
-                    "ranks": n, "iters": args.iterations,
+                    "ranks": n, "iters": args.iters,
                     "warmup": args.warmup})
     pc.close_partials(comm)
     legend = {"time_us": "average over ranks of each rank's time per call "
@@ -256,7 +226,7 @@ def run(args, comm=MPI.COMM_WORLD):
     emit(rows, ["size", "count", "type", "redop", "impl", "place", "time_us",
                 "min_us", "max_us", "algbw", "busbw", "#wrong"], args,
          f"allreduce: {n} ranks, {dtype.name}, op {args.op}, "
-         f"{args.iterations} iterations after {args.warmup} warm-up",
+         f"{args.iters} iterations after {args.warmup} warm-up",
          comm, legend=lines)
     return rows
 

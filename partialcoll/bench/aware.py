@@ -2,7 +2,7 @@
 experiments of Cai et al., section 5, on the emulated network).
 
 Every rank is a worker with a server beside it; each iteration averages a
-gradient of ``--mbytes`` MB (float32) with :class:`LoadBalancedAllreduce`.
+gradient of ``--size`` bytes (float32) with :class:`LoadBalancedAllreduce`.
 Every NIC (in and out, independently) gets a rate drawn from
 ``--low``..``--high`` MB/s, redrawn every ``--every`` seconds from a seed,
 so every scheme sees the same sequence.  Four parts:
@@ -32,14 +32,19 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import (auto_or_count, cli, duration_text, emit, listed,
-                      one_of, progress, pyplot, real, save_plot, whole,
-                      writable)
+from ._common import (add_renamed, auto_or_count, cli, duration_text, emit,
+                      float32_bytes, listed, one_of, parse_size, progress,
+                      pyplot, real, save_plot, whole, writable)
 
 
 def add_args(p):
-    p.add_argument("--mbytes", type=real(0, True), default=4.0,
-                   help="gradient per rank, MB of float32 (default 4)")
+    gradient = p.add_mutually_exclusive_group()
+    gradient.add_argument("--size", type=float32_bytes, default="4MB",
+                          help="gradient per rank, bytes of float32 (4MB: "
+                               "10^6 elements)")
+    add_renamed(gradient, "--mbytes", "--size", "size", real(0, True),
+                lambda mb: str(4 * int(mb * 1e6 / 4)), "MB",
+                "gradient per rank, MB of float32")
     p.add_argument("--low", type=real(0, True), default=2.0, help="MB/s (2)")
     p.add_argument("--high", type=real(0, True), default=25.0, help="MB/s (25)")
     p.add_argument("--every", type=real(0, True), default=10.0,
@@ -116,7 +121,7 @@ def true_S(P):
 def run_scheme(scheme, args, comm, duration, slice_elems, accuracy=None):
     """Iterate for `duration` s on a fresh network (the trace from its
     start); returns [(time since start, iteration seconds)] on rank 0."""
-    n = int(args.mbytes * 1e6 / 4)
+    n = parse_size(args.size) // 4
     x = np.random.default_rng(comm.rank).standard_normal(n).astype(np.float32)
     pc.network.enable(network(args))
     _, t0 = pc.network.nic_rate(0)
@@ -159,7 +164,7 @@ def sweep(args, comm):
     out = []
     for sl in progress([int(v) for v in args.sweep.split(",") if v], comm,
                        "slice sweep"):
-        n = int(args.mbytes * 1e6 / 4)
+        n = parse_size(args.size) // 4
         x = np.zeros(n, np.float32)
         cfg = network(args)
         cfg["trace"][0]["every"] = 1e5          # one draw for the sweep
@@ -180,7 +185,7 @@ def overhead(args, comm, scheme="average"):
     uneven and a server planned at share 0 still aggregates its probes."""
     res = []
     for measure in (True, False):
-        n = int(args.mbytes * 1e6 / 4)
+        n = parse_size(args.size) // 4
         x = np.zeros(n, np.float32)
         if scheme == "average":
             cfg = {"message_overhead": args.message_overhead,
@@ -253,7 +258,8 @@ def run(args, comm=MPI.COMM_WORLD):
                      "ranks": comm.size})
     emit(rows, ["part", "scheme", "slice", "value", "unit"], args,
          f"network-aware PS load distribution: {comm.size} ranks, "
-         f"{args.mbytes:g} MB gradients, NICs {args.low:g}-{args.high:g} "
+         f"{parse_size(args.size) / 1e6:g} MB gradients, NICs "
+         f"{args.low:g}-{args.high:g} "
          f"MB/s redrawn every {args.every:g} s", comm)
     if args.plot and comm.rank == 0:
         plot(curves, slices, args)

@@ -23,19 +23,18 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import (Buffers, across_ranks, add_device_arg, cli, emit,
-                      listed, progress, pyplot, real, save_plot, whole,
-                      writable)
+from ._common import (Buffers, across_ranks, add_device_arg, add_iters,
+                      add_renamed, add_warmup, cli, emit, float32_bytes,
+                      listed, parse_size, progress, pyplot, real, save_plot,
+                      whole, writable)
 
 IMPLS = ("MPI_Allreduce", "allreduce", "majority", "quorum", "solo", "nccl")
 DEFAULT_IMPLS = IMPLS[:-1]
 
 
 def add_args(p):
-    p.add_argument("-i", "--iters", type=whole(1), default=64,
-                   help="timed calls per implementation (default 64)")
-    p.add_argument("-x", "--warmup", type=whole(0), default=4,
-                   help="untimed calls first (default 4)")
+    add_iters(p, 64, "timed calls per implementation")
+    add_warmup(p, 4, "untimed calls first")
     p.add_argument("--step-ms", type=real(0), default=1.0,
                    help="skew step in milliseconds (default 1)")
     p.add_argument("--sweep-steps", type=listed(real(0)), default=None,
@@ -47,8 +46,12 @@ def add_args(p):
     p.add_argument("--skew", choices=["linear", "random"], default="linear",
                    help="linear: rank r waits r x step; random: uniform in "
                         "[0, (P-1) x step] (default linear)")
-    p.add_argument("--count", type=whole(1), default=1,
-                   help="float32 elements per call (default 1)")
+    message = p.add_mutually_exclusive_group()
+    message.add_argument("--size", type=float32_bytes, default="4",
+                         help="bytes per call, float32 elements (a "
+                              "multiple of 4: 4M is 1,048,576 elements)")
+    add_renamed(message, "--count", "--size", "size", whole(1),
+                lambda n: str(4 * n), "N", "float32 elements per call")
     p.add_argument("--quorum", type=whole(1), default=None,
                    help="k of the quorum allreduce (default P/2)")
     p.add_argument("--impls", default=None,
@@ -58,6 +61,11 @@ def add_args(p):
     p.add_argument("--csv", type=writable)
     p.add_argument("--json", type=writable)
     p.add_argument("--plot", type=writable, help="write a PNG (needs matplotlib)")
+
+
+def count(args):
+    """float32 elements per call, from ``--size``."""
+    return parse_size(args.size) // 4
 
 
 def _skews(args, comm, n):
@@ -91,10 +99,11 @@ def _make(impl, comm, count, k, bufs):
 def run_one(impl, args, comm, k, bufs):
     """Mean latency per call on this rank, the mean NAP per round, and the
     straggler report of the partial collective (None for the others)."""
-    call, ar = _make(impl, comm, args.count, k, bufs)
+    n = count(args)
+    call, ar = _make(impl, comm, n, k, bufs)
     # MPI_Allreduce's host buffer is there before the clock starts
-    x = np.ones(args.count, np.float32) if impl == "MPI_Allreduce" else \
-        bufs.array(np.ones(args.count, np.float32))
+    x = np.ones(n, np.float32) if impl == "MPI_Allreduce" else \
+        bufs.array(np.ones(n, np.float32))
     for _ in range(args.warmup):
         call(x)
     if ar is not None:
@@ -168,7 +177,7 @@ def run(args, comm=MPI.COMM_WORLD):
          f"partial allreduce latency: {comm.size} ranks, {args.skew} skew, "
          f"{'steps ' + args.sweep_steps if sweep else args.step_ms} ms"
          f"{'' if sweep else ' steps'}, {args.iters} iterations, "
-         f"{4 * args.count} bytes, {bufs.device} buffers", comm,
+         f"{4 * count(args)} bytes, {bufs.device} buffers", comm,
          legend=_legend(bufs))
     if args.plot and comm.rank == 0:
         (plot_sweep if sweep else plot)(rows, args.plot, comm.size)
@@ -187,7 +196,7 @@ def _one_step(args, impls, comm, k, bufs):
         rows.append({"impl": name, "ranks": comm.size, "skew": args.skew,
                      "step_ms": args.step_ms, "iters": args.iters,
                      "device": bufs.device,
-                     "bytes": 4 * args.count, "avg_ms": avg, "min_ms": mn,
+                     "bytes": 4 * count(args), "avg_ms": avg, "min_ms": mn,
                      "max_ms": mx, "nap": nap,
                      "speedup": (base / avg) if base else float("nan"),
                      **_lateness(report), "cpu0_ms": cpu[0],

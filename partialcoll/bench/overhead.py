@@ -17,13 +17,14 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import across_ranks, cli, emit, progress, real, whole, writable
+from ._common import (across_ranks, add_iters, cli, emit, progress, real,
+                      whole, writable)
 
 
 def add_args(p):
     p.add_argument("--chain", type=whole(1), default=100_000, help="NOP chain length")
     p.add_argument("--pairs", type=whole(1), default=2000, help="send/recv pairs in the chain")
-    p.add_argument("--iters", type=whole(1), default=2000, help="post-to-completion samples")
+    add_iters(p, 2000, "post-to-completion samples")
     p.add_argument("--idle-seconds", type=real(0), default=2.0)
     p.add_argument("--objects", type=whole(1), default=1000,
                    help="idle partial objects for the scale rows (1000)")

@@ -44,8 +44,8 @@ from mpi4py import MPI
 
 import partialcoll as pc
 
-from ._common import (byte_size, cli, emit, parse_size, progress, real,
-                      whole, writable)
+from ._common import (add_warmup, byte_size, cli, emit, parse_size,
+                      progress, real, whole, writable)
 
 VARIANTS = ("overlap", "plain")
 
@@ -75,8 +75,7 @@ def add_args(p):
                    help="timed steps per variant and mode (default 40)")
     p.add_argument("--block", type=whole(1),
                    help="steps per block; blocks alternate (default 5)")
-    p.add_argument("--warmup", type=whole(0),
-                   help="untimed steps per variant first (default 3)")
+    add_warmup(p, None, "untimed steps per variant first (default 3)")
     p.add_argument("--rho", type=real(0, True), default=1.0,
                    help="communication time / backward time (alone, without "
                         "forward) the emulated link is calibrated for "

@@ -31,7 +31,8 @@ from mpi4py import MPI
 import partialcoll as pc
 
 from ._common import (
-    cli, emit, progress, pyplot, real, save_plot, whole, writable)
+    add_iters, cli, emit, progress, pyplot, real, save_plot, whole,
+    writable)
 from .rps_model import digits, train
 
 
@@ -39,7 +40,7 @@ def add_args(p):
     p.add_argument("--drops", default="0,0.01,0.05,0.1,0.2",
                    help="drop probabilities (comma-separated)")
     p.add_argument("--seeds", type=whole(1), default=3)
-    p.add_argument("--iters", type=whole(1), default=600)
+    add_iters(p, 600, "training iterations per run")
     p.add_argument("--batch", type=whole(1), default=16, help="per rank")
     p.add_argument("--lr", type=real(0, True), default=0.2)
     p.add_argument("--hidden", type=whole(1), default=32)

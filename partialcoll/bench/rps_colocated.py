@@ -51,7 +51,8 @@ from mpi4py import MPI
 import partialcoll as pc
 
 from . import rps_model
-from ._common import emit, progress, pyplot, real, save_plot, whole
+from ._common import (byte_size, emit, parse_size, progress, pyplot, real,
+                      save_plot)
 
 COLUMNS = ["weight", "buffer", "service_p50_ms", "service_p99_ms",
            "service_mean_ms", "messages", "handover_late_p99_ms",
@@ -65,7 +66,8 @@ def add_args(p):
                    help="learning data a sender's NIC holds (comma-separated"
                         "; the sweep's knob)")
     p.add_argument("--rate", default="4 MB/s", help="every NIC, both ways")
-    p.add_argument("--service-bytes", type=whole(1), default=2048)
+    p.add_argument("--service-bytes", type=byte_size, default="2K",
+                   help="bytes per service message")
     p.add_argument("--service-rate", type=real(0, True), default=400.0,
                    help="service messages per second per rank")
     p.add_argument("--horizon", type=real(0, True), default=None,
@@ -161,8 +163,8 @@ def run_setting(weight, buffer, seed, args, X, y, comm):
     final loss)."""
     pc.network.enable(network(weight, buffer, args.rate))
     plan = service_plan(comm.size, args.service_rate, args.horizon, seed=5)
-    svc, sends, recvs, when = service_schedule(comm, plan,
-                                               args.service_bytes)
+    nbytes = parse_size(args.service_bytes)
+    svc, sends, recvs, when = service_schedule(comm, plan, nbytes)
     t0 = comm.bcast(pc.now() + 0.2 if comm.rank == 0 else None)
     arm_plan(when, plan, t0, comm.rank)
     pc.timeline.clear()
@@ -225,7 +227,8 @@ def run(args, comm=MPI.COMM_WORLD):
                f"{block_bytes(args, comm.size)} B, {args.iters} iterations, "
                f"{args.seeds} seeds")
     emit(rows, COLUMNS, args,
-         f"RPS beside a service: {setting}, {args.service_bytes} B service "
+         f"RPS beside a service: {setting}, "
+         f"{parse_size(args.service_bytes)} B service "
          f"messages at {args.service_rate:g}/s per rank; latency on the "
          f"network's clock, loss of the average model", comm)
     if args.plot and comm.rank == 0:

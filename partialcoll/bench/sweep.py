@@ -1,9 +1,11 @@
 """OSU-style message-size sweep: partialcoll.allreduce vs MPI_Allreduce.
 
-Both run in the same processes, alternating blocks, so noise hits both.  For
-each size: ``--repeat`` blocks of ``--iters`` calls each (after ``--warmup``),
-a barrier outside every timed block; per-call latency is averaged per block,
-the median block is kept, and avg/min/max over ranks are reported.
+Both run in the same processes, alternating blocks, so noise hits both.
+The sizes: ``--sizes`` (a list) or ``-m MIN:MAX`` with ``-f``, as the
+``allreduce`` benchmark reads them.  For each size: ``--repeat`` blocks
+of ``--iters`` calls each (after ``--warmup``), a barrier outside every
+timed block; per-call latency is averaged per block, the median block is
+kept, and avg/min/max over ranks are reported.
 
 ``--device gpu`` puts partialcoll's buffers on the GPU (CuPy) and adds
 ``cupyx.distributed.NCCLBackend.all_reduce`` on the same device buffers;
@@ -20,28 +22,40 @@ from mpi4py import MPI
 import partialcoll as pc
 from ..collectives.algorithm import choose_algorithm
 
-from ._common import (Buffers, add_device_arg, across_ranks, byte_size, cli,
-                      emit, fmt_size, listed, parse_size, progress, whole,
-                      writable)
+from ._common import (Buffers, add_device_arg, add_dtype, add_iters,
+                      add_size_range, add_warmup, across_ranks, byte_size,
+                      cli, emit, fmt_size, listed, parse_size, progress,
+                      sizes_between, whole, writable)
 
 DEFAULT_SIZES = "8,64,512,4K,32K,256K,1M,4M"
 
 
 def add_args(p):
-    p.add_argument("--sizes", type=listed(byte_size), default=DEFAULT_SIZES,
-                   help=f"comma-separated message sizes in bytes (K/M suffixes); default {DEFAULT_SIZES}")
-    p.add_argument("-i", "--iters", type=whole(1), default=None,
-                   help="calls per timed block (default: 1000 small ... 20 at 4 MiB)")
-    p.add_argument("-x", "--warmup", type=whole(0), default=None,
-                   help="untimed calls first (default: a tenth of --iters, at least 5)")
+    sizes = p.add_mutually_exclusive_group()
+    sizes.add_argument("--sizes", type=listed(byte_size), default=None,
+                       help=f"comma-separated message sizes in bytes "
+                            f"(default {DEFAULT_SIZES})")
+    add_size_range(p, "the --sizes list", group=sizes)
+    add_iters(p, None, "calls per timed block (default: 1000 small ... 20 "
+                       "at 4 MiB)")
+    add_warmup(p, None, "untimed calls first (default: a tenth of --iters, "
+                        "at least 5)")
     p.add_argument("--repeat", type=whole(1), default=5,
                    help="timed blocks per size (default 5)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float64", "int32", "int64"],
-                   help="element type (default float32)")
+    add_dtype(p, ["float32", "float64", "int32", "int64"])
     p.add_argument("--algorithm", default=None, choices=["recursive_doubling", "ring", "rabenseifner"])
     add_device_arg(p)
     p.add_argument("--csv", type=writable)
     p.add_argument("--json", type=writable)
+
+
+def sizes_of(args):
+    """The message sizes in bytes: --sizes, or -m MIN:MAX in steps of -f,
+    or the default list."""
+    if args.message_size:
+        return sizes_between(*args.message_size, args.stepfactor)
+    return [parse_size(s) for s in (args.sizes or DEFAULT_SIZES).split(",")
+            if s.strip()]
 
 
 def _time_block(fn, iters, comm):
@@ -56,7 +70,7 @@ def _time_block(fn, iters, comm):
 
 def run(args, comm=MPI.COMM_WORLD):
     dtype = np.dtype(args.dtype)
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    sizes = sizes_of(args)
     rows = []
     bufs = Buffers(getattr(args, "device", "host"), comm)
     nccl = bufs.nccl()

@@ -32,8 +32,8 @@ import partialcoll as pc
 from ..tictac import metrics, planner, ps
 from ..tictac.graphs import scale_compute
 from ._common import (
-    byte_size, cli, emit, listed, parse_size, progress, pyplot, real,
-    save_plot, whole, writable)
+    add_iters, add_warmup, byte_size, cli, emit, listed, parse_size,
+    progress, pyplot, real, save_plot, whole, writable)
 
 METHODS = ("none", "tic", "tac")
 
@@ -46,10 +46,8 @@ def add_args(p):
     p.add_argument("--rhos", type=listed(real(0, True)), default="0.25,0.5,1,1.5,2",
                    help="target communication/computation ratios")
     p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--iters", type=whole(1), default=10,
-                   help="measured iterations per method (10, as the paper)")
-    p.add_argument("--warmup", type=whole(0), default=2,
-                   help="iterations discarded first (2, as the paper)")
+    add_iters(p, 10, "measured iterations per method (10, as the paper)")
+    add_warmup(p, 2, "iterations discarded first (2, as the paper)")
     p.add_argument("--compute", type=real(0, True), default=0.5,
                    help="emulated forward compute per iteration, seconds "
                         "(measured op times scaled to add up to it; "

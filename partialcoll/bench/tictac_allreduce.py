@@ -42,8 +42,8 @@ from ..tictac import planner
 from ..tictac.graphs import model as load_model
 from ..tictac.graphs import scale_compute, trace
 from ._common import (
-    byte_size, cli, emit, listed, parse_size, progress, real, whole,
-    writable)
+    add_warmup, byte_size, byte_size_or_0, cli, emit, listed, parse_size,
+    progress, real, whole, writable)
 
 METHODS = ("fifo", "priority")
 
@@ -54,14 +54,14 @@ def add_args(p):
                    help="collective per part: iallreduce (sync) or solo")
     p.add_argument("--rhos", type=listed(real(0, True)), default="0.5,1,1.5")
     p.add_argument("--steps", type=whole(1), default=10)
-    p.add_argument("--warmup", type=whole(0), default=2)
+    add_warmup(p, 2, "steps discarded first")
     p.add_argument("--compute", type=real(0, True), default=0.5,
                    help="emulated forward seconds per step (backward: x2)")
     p.add_argument("--payload", type=byte_size, default="8M",
                    help="gradient bytes per step (the model's, scaled)")
     p.add_argument("--bucket", type=byte_size, default="1M", help="bucket bytes (as DDP's "
                    "bucket_cap, in scaled bytes)")
-    p.add_argument("--partition", type=byte_size, default="256K",
+    p.add_argument("--partition", type=byte_size_or_0, default="256K",
                    help="largest collective, bytes (0: no partitioning)")
     p.add_argument("--latency", default="0.1 ms")
     p.add_argument("--batch", type=whole(1), default=8)
