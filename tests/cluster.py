@@ -6,7 +6,8 @@ Each host is a set of Linux namespaces held by one process:
 
 * its own hostname (UTS namespace), so MPICH's hydra and Open MPI place
   ranks on different nodes and move their messages through the network
-  module (UCX, OFI, TCP) instead of shared memory;
+  module (UCX, OFI, TCP) instead of shared memory; every host's name
+  resolves to the loopback address inside the hosts (their /etc/hosts);
 * its own ``/dev/shm`` (a tmpfs in its own mount namespace), so nothing
   that one host maps in shared memory is seen by another;
 * its own ``CLOCK_MONOTONIC`` and ``CLOCK_BOOTTIME`` (time namespace),
@@ -66,7 +67,9 @@ class Host:
     def __init__(self, name, offset, state):
         self.name = name
         self.offset = offset
+        hosts = os.path.join(state, "hosts")
         script = (f"hostname {name} && "
+                  f"mount --bind {hosts} /etc/hosts && "
                   "mount -t tmpfs -o size=2g,mode=1777 tmpfs /dev/shm && "
                   "echo ready && exec sleep infinity")
         cmd = ["unshare", "--uts", "--mount", "--pid", "--fork",
@@ -151,6 +154,16 @@ class Cluster:
             prefix=f"partialcoll-cluster-{os.getpid()}-")
         self.hosts = []
         try:
+            # every host's name resolves (to the shared loopback), as a
+            # cluster's names do: seen by the hosts, not by this machine
+            names = " ".join(f"pc-host{i}" for i in range(n))
+            try:
+                with open("/etc/hosts") as f:
+                    base = f.read()
+            except OSError:
+                base = "127.0.0.1 localhost\n"
+            with open(os.path.join(self.state, "hosts"), "w") as f:
+                f.write(base.rstrip("\n") + f"\n127.0.0.1 {names}\n")
             for i in range(n):
                 self.hosts.append(Host(f"pc-host{i}", i * offset,
                                        self.state))

@@ -34,10 +34,21 @@ def gloo():
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
     port = COMM.bcast(port, root=0)
+    COMM.Barrier()      # rank 0 moves the broadcast only while in MPI
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
                             rank=RANK, world_size=P)
     yield
     dist.destroy_process_group()
+
+
+def rank0s(a):
+    """Rank 0's copy of the array ``a``, through the gloo group as DDP's own
+    collectives: an MPI collective between DDP's could leave a rank
+    waiting for rank 0 to call MPI (OFI's TCP provider moves messages only
+    then) while rank 0 has gone on into DDP's next gloo collective."""
+    t = torch.from_numpy(np.array(a, copy=True))
+    dist.broadcast(t, 0)
+    return t.numpy()
 
 
 class Net(torch.nn.Module):
@@ -81,13 +92,17 @@ def test_ddp_hook_loses_nothing_and_replicas_agree(gloo, mode):
         ddp(x).pow(2).mean().backward()
         opt.step()
     hook.close(opt)
+    # the checks' collectives on the gloo group (see rank0s)
     for n, p in model.named_parameters():
-        total = gsum[n].numpy().copy()
-        COMM.Allreduce(MPI.IN_PLACE, total)
+        total = gsum[n].clone()
+        dist.all_reduce(total)
         np.testing.assert_allclose((w0[n] - p.detach()).numpy(),
-                                   lr * total / P, rtol=1e-9, atol=1e-11)
-        w = p.detach().numpy()
-        np.testing.assert_allclose(w, COMM.bcast(w, root=0), atol=1e-12)
+                                   lr * total.numpy() / P, rtol=1e-9,
+                                   atol=1e-11)
+        w = p.detach().clone()
+        dist.broadcast(w, 0)
+        np.testing.assert_allclose(p.detach().numpy(), w.numpy(),
+                                   atol=1e-12)
     assert hook.stats()["steps"] == 40
     assert hook.buckets > 1             # the gathering across buckets ran
     if mode != "majority":              # buckets started during backward
@@ -126,7 +141,7 @@ def test_ddp_hook_starts_buckets_during_backward_same_result(gloo):
                               models[1].named_parameters()):
         np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy())
         w = p.detach().numpy()
-        np.testing.assert_array_equal(w, COMM.bcast(w, root=0))
+        np.testing.assert_array_equal(w, rank0s(w))
     fast, slow = hooks
     assert fast.overlap and not slow.overlap
     assert len(fast.averager._buckets) == 3 and fast.buckets > 1
@@ -207,7 +222,7 @@ def test_ddp_hook_compression_fp16_within_float16_rounding(gloo):
                                atol=3 * rtol * step + 1e-7)
     assert not torch.equal(plain, packed)
     np.testing.assert_array_equal(packed.numpy(),
-                                  COMM.bcast(packed.numpy(), root=0))
+                                  rank0s(packed.numpy()))
     assert hooks[1].averager.compression == "fp16"
     for hook, (_, opt) in zip(hooks, opts):
         assert hook.close(opt) is None
@@ -237,7 +252,7 @@ def test_ddp_hook_compresses_in_a_partial_mode(gloo, mode):
     assert torch.isfinite(w).all()
     moved = (w - w0).abs().max().item()
     assert moved > 0
-    np.testing.assert_allclose(w.numpy(), COMM.bcast(w.numpy(), root=0),
+    np.testing.assert_allclose(w.numpy(), rank0s(w.numpy()),
                                rtol=0, atol=(P + 3) * 2.0 ** -11 * moved)
 
 

@@ -158,6 +158,11 @@ def init_process_group(backend: str = "gloo", comm: MPI.Comm | None = None,
             s.bind(("", 0))             # backend binds it a moment later)
             where = (addr, s.getsockname()[1])
     addr, port = comm.bcast(where, root=0)
+    # every rank has the address before anyone blocks outside MPI: a
+    # network module may move the broadcast only while rank 0 calls MPI
+    # (OFI's TCP provider does), and rank 0 is about to wait in
+    # torch.distributed for the others to connect
+    comm.Barrier()
     kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}",
                             rank=comm.rank, world_size=comm.size, **kwargs)
