@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -27,8 +28,8 @@ def leftovers():
              if not ln.startswith("Z") and
              ("pc-host" in ln or "cluster_ssh" in ln or
               "partialcoll-cluster" in ln)]
-    tmp = "/tmp"
-    state = [n for n in os.listdir(tmp) if n.startswith("partialcoll-cluster-")]
+    state = [n for n in os.listdir(tempfile.gettempdir())
+             if n.startswith("partialcoll-cluster-")]
     return procs, state
 
 
