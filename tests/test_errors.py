@@ -7,6 +7,7 @@ of partialcoll's own errors; a wrong type raises
 convention in the source: a ``raise ScheduleError(...)`` whose message
 names the type of what was passed (``type(x).__name__``) reports a wrong
 type, so it raises ArgumentTypeError instead.  No mpiexec needed."""
+import argparse
 import ast
 import os
 
@@ -15,7 +16,7 @@ import pytest
 from mpi4py import MPI
 
 import partialcoll as pc
-from partialcoll.core import units
+from partialcoll.core import errors, units
 from partialcoll.eager import SGD, EagerOptimizer
 
 from conftest import ROOT
@@ -283,3 +284,39 @@ def test_library_errors_are_partialcolls():
             if re.search(r"\braise (ValueError|TypeError)\(", line):
                 found.append(f"{rel}:{k}")
     assert not found, f"plain ValueError/TypeError raised: {found}"
+
+
+# -- an error found on one rank, as the other ranks raise it -----------------
+@pytest.mark.parametrize("error, kind, text", [
+    (pc.ArgumentTypeError("x is str"), "ArgumentTypeError", "x is str"),
+    (pc.ScheduleBusyError("busy"), "ScheduleBusyError", "busy"),
+    (TypeError("not iterable"), "ArgumentTypeError",
+     "TypeError: not iterable"),
+    (ValueError("bad"), "ScheduleError", "ValueError: bad"),
+    (KeyError("k"), "PartialcollError", "KeyError: 'k'"),
+    # a class of another library that shares a name with one of ours
+    (argparse.ArgumentTypeError("n"), "PartialcollError",
+     "ArgumentTypeError: n"),
+])
+def test_an_error_travels_as_the_name_of_its_kind(error, kind, text):
+    """Only a name and a message cross ranks: partialcoll's own class, or
+    the one of its classes a builtin TypeError / ValueError maps to."""
+    assert errors.portable(error) == (kind, text)
+
+
+@pytest.mark.parametrize("kinds, agreed", [
+    (["ArgumentTypeError"] * 3, pc.ArgumentTypeError),
+    (["ArgumentTypeError", "ScheduleError"], pc.ScheduleError),
+    (["ScheduleBusyError", "ArgumentTypeError"], pc.ScheduleError),
+    (["TransportError", "ScheduleError"], pc.PartialcollError),
+    (["WaitTimeout"], pc.WaitTimeout),
+    (["OSError"], pc.PartialcollError),
+    (["ArgumentTypeError", "builtins.eval"], pc.PartialcollError),
+    ([("ArgumentTypeError",)], pc.PartialcollError),
+])
+def test_every_rank_raises_the_kind_all_reports_share(kinds, agreed):
+    """The most specific of partialcoll's classes that every reported kind
+    is; a name that is not one of partialcoll's classes is only a
+    PartialcollError (nothing else is made from what a rank sent)."""
+    assert errors.agreed_kind(kinds) is agreed
+

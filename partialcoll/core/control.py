@@ -8,7 +8,7 @@ import time
 
 from mpi4py import MPI
 
-from .errors import ScheduleError
+from .errors import ScheduleError, agreed_kind, portable
 
 
 def wait_for(req, longest=0.002):
@@ -29,6 +29,31 @@ def arrive(comm):
     slow rank and from the progress threads, and a P = 5 test suite on two
     cores stalled for tens of seconds (docs/results.md)."""
     wait_for(comm.Ibarrier(), longest=0.001)
+
+
+def gather_checked(comm, what, mine, problem=None):
+    """Collective over ``comm``: allgather every rank's ``mine`` and the
+    ``problem`` (an exception, or None) it found in its own arguments.
+    When any rank found one, every rank raises the same error: of the
+    kind they reported (:func:`.errors.agreed_kind`: a wrong type on one
+    rank is an ArgumentTypeError, a ``TypeError``, everywhere), with a
+    message that starts with ``what`` and names each rank that found a
+    problem and what it was.  Only the kind's name and the message
+    travel.  Returns every rank's ``mine``."""
+    arrive(comm)
+    everyone = comm.allgather(
+        (mine, None if problem is None else portable(problem)))
+    found = [(r, p) for r, (_, p) in enumerate(everyone) if p is not None]
+    if found:
+        error = agreed_kind(kind for _, (kind, _) in found)(
+            f"{what}: " + "; ".join(f"rank {r}: {text}"
+                                    for r, (_, text) in found[:4])
+            + (f"; and {len(found) - 4} more ranks" if len(found) > 4
+               else ""))
+        if problem is not None:
+            raise error from problem
+        raise error
+    return [m for m, _ in everyone]
 
 
 def disagreements(comm, mine):

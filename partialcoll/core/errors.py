@@ -9,7 +9,15 @@ PartialcollError (partialcoll.Error)
     TransportError (also RuntimeError)  MPI failed on the progress thread
     WaitTimeout (also TimeoutError)     wait(timeout=...) ran out
     DeviceError (also RuntimeError)     CUDA failed, or no usable GPU
+
+An error one rank finds in a collective's setup is raised on every rank
+with its kind: :func:`portable` is what that rank sends (a name and a
+message), :func:`agreed_kind` the class every rank makes of the names.
 """
+from __future__ import annotations
+
+from collections.abc import Iterable
+
 from .. import _core
 
 
@@ -54,6 +62,49 @@ class WaitTimeout(PartialcollError, TimeoutError):
 
 class DeviceError(PartialcollError, RuntimeError):
     """The GPU (CUDA) reported an error, or device buffers cannot be used."""
+
+
+#: partialcoll's errors by name: the kinds one rank may report to the
+#: others in a setup agreement.  Only the name travels, and only these
+#: names are turned back into a class; nothing else is rebuilt from what
+#: another rank sent.
+_KINDS: dict[str, type[PartialcollError]] = {c.__name__: c for c in (
+    PartialcollError, ScheduleError, ArgumentTypeError, ScheduleBusyError,
+    ScheduleFreedError, ThreadLevelError, TransportError, WaitTimeout,
+    DeviceError)}
+
+
+def portable(error: BaseException) -> tuple[str, str]:
+    """``(kind, text)`` of an error one rank found, to send to the others
+    (:func:`partialcoll.core.control.gather_checked`): ``kind`` names the
+    nearest of partialcoll's classes (a builtin ``TypeError`` travels as
+    :class:`ArgumentTypeError`, a ``ValueError`` as :class:`ScheduleError`,
+    anything else as :class:`PartialcollError`); ``text`` is the message,
+    after the builtin's name when the error is not partialcoll's own."""
+    for cls in type(error).__mro__:
+        if _KINDS.get(cls.__name__) is cls:
+            return cls.__name__, str(error)
+    kind = ArgumentTypeError if isinstance(error, TypeError) else \
+        ScheduleError if isinstance(error, ValueError) else PartialcollError
+    return kind.__name__, f"{type(error).__name__}: {error}"
+
+
+def agreed_kind(kinds: Iterable[str]) -> type[PartialcollError]:
+    """The class every rank raises for the ``kinds`` (names from
+    :func:`portable`, one per rank that found a problem): the most
+    specific of partialcoll's classes that each of them is, so that every
+    rank's own kind still catches it when all agree (``ArgumentTypeError``
+    and ``ScheduleError`` give ``ScheduleError``).  A name that is not
+    one of partialcoll's counts as :class:`PartialcollError`."""
+    classes = [_KINDS.get(k, PartialcollError) if isinstance(k, str)
+               else PartialcollError for k in kinds]
+    if not classes:
+        return PartialcollError
+    for cls in classes[0].__mro__:
+        if _KINDS.get(cls.__name__) is cls and \
+                all(issubclass(c, cls) for c in classes):
+            return cls
+    return PartialcollError
 
 
 _C = _core.constants()
