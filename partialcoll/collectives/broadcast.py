@@ -2,13 +2,15 @@
 torch broadcasts (:mod:`partialcoll.torch.broadcast`) build on.
 
 Each function here is collective over ``comm`` and talks on the library's
-control duplicate of it (see :mod:`partialcoll.core.libcomm`), so its messages never match
-the program's own.  A mistake made on some ranks only (a root that is out
-of range or differs between ranks, inputs that differ, an object the root
-cannot pickle) raises the same :class:`ScheduleError` on every rank instead
-of an error on some and a hang on the rest: every rank's view of the call
-is gathered first (one small allgather), and every rank judges the same
-list.
+control duplicate of it (see :mod:`partialcoll.core.libcomm`), so its
+messages never match the program's own.  A mistake made on some ranks
+only (a root that is out of range or differs between ranks, inputs that
+differ, an object the root cannot pickle) raises the same error on every
+rank instead of an error on some and a hang on the rest: every rank's
+view of the call is gathered first (one small allgather), and every rank
+judges the same list.  An error one rank found in its own arguments keeps
+its kind on every rank (a wrong type is an :class:`ArgumentTypeError`
+everywhere); the others are :class:`ScheduleError`.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import Any
 from mpi4py import MPI
 
 from ..core import control, libcomm
-from ..core.errors import ScheduleError
+from ..core.errors import ArgumentTypeError, ScheduleError
 from ..core.checks import check_comm
 
 
@@ -35,31 +37,31 @@ def control_comm(comm):
 def root_argument(root_rank, root):
     """``(root rank, error or None)`` from Horovod's ``root_rank`` and
     partialcoll's older name ``root`` (an alias: give one of them).  The
-    error is returned, not raised, so that :func:`agree` raises it on every
-    rank."""
+    error (an exception) is returned, not raised, so that :func:`agree`
+    raises it on every rank."""
     if root is not None:
         if root_rank not in (0, root):
-            return None, (f"root_rank={root_rank!r} and root={root!r} "
-                          f"disagree: give one of them")
+            return None, ScheduleError(f"root_rank={root_rank!r} and "
+                                       f"root={root!r} disagree: give one "
+                                       f"of them")
         root_rank = root
     if isinstance(root_rank, bool) or \
             not isinstance(root_rank, numbers.Integral):
-        return None, f"root_rank must be an int, not {root_rank!r}"
+        return None, ArgumentTypeError(f"root_rank must be an int, not "
+                                       f"{root_rank!r} "
+                                       f"({type(root_rank).__name__})")
     return int(root_rank), None
 
 
 def agree(ctl, what, root_rank, mine=None, error=None):
-    """Collective over ``ctl``: gather every rank's ``(root_rank, mine,
-    error)``; raise the same ScheduleError on every rank when a rank
-    reported an ``error`` or the roots differ or are not ranks.  Returns
+    """Collective over ``ctl``: gather every rank's ``(root_rank, mine)``
+    and the ``error`` (an exception, or None) it found in its arguments;
+    raise the same error on every rank when a rank reported one (of its
+    kind, naming the rank: :func:`partialcoll.core.control.gather_checked`),
+    and a ScheduleError when the roots differ or are not ranks.  Returns
     the list of every rank's ``mine`` (the caller compares them)."""
-    control.arrive(ctl)                    # no busy-poll for a slow rank
-    everyone = ctl.allgather((root_rank, mine, error))
-    errors = [(r, e) for r, (_, _, e) in enumerate(everyone) if e]
-    if errors:
-        raise ScheduleError(f"{what}: " + "; ".join(
-            f"rank {r}: {e}" for r, e in errors[:4]))
-    roots = [r for r, _, _ in everyone]
+    everyone = control.gather_checked(ctl, what, (root_rank, mine), error)
+    roots = [r for r, _ in everyone]
     if any(r != roots[0] for r in roots):
         raise ScheduleError(f"{what}: root_rank differs between ranks ("
                             + ", ".join(f"rank {i}={r}" for i, r in
@@ -68,7 +70,7 @@ def agree(ctl, what, root_rank, mine=None, error=None):
     if not 0 <= roots[0] < size:
         raise ScheduleError(f"{what}: root_rank {roots[0]} is not a rank of "
                             f"a communicator of size {size}")
-    return [m for _, m, _ in everyone]
+    return [m for _, m in everyone]
 
 
 def broadcast_pickled(ctl, obj, root_rank, what):

@@ -34,7 +34,7 @@ from ._buckets import (check_order, check_priorities, memory_of,
                        sync_buckets)
 from ._checks import (SYNC_MODES, check_compression_for_mode, check_count,
                       check_mode, check_op, check_predivide, check_seed)
-from .agreement import agree_on_setup, describe_problem
+from .agreement import agree_on_setup
 from .front import StepInfo
 
 
@@ -146,7 +146,7 @@ class EagerAverager:
             mine.update(dict(agree or {}))
             problem = None
         except (ScheduleError, TypeError, ValueError) as e:
-            mine, problem = None, describe_problem(e)
+            mine, problem = None, e
         agree_on_setup(lc.ctl, mine, problem)
         order, bucket_bytes = mine["order"], mine["bucket_bytes"]
         seed, priorities = mine["seed"], mine["priorities"]

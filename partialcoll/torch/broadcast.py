@@ -13,9 +13,12 @@ Tensors travel as raw bytes (one ``MPI_Bcast`` each on the library's control
 duplicate of the communicator), so every dtype torch has arrives bit for bit,
 bfloat16 and bool included.  CUDA and non-contiguous tensors are staged
 through a contiguous host copy.  Every function is collective, checks what
-each rank passed with one allgather first, and raises the same
-ScheduleError on every rank when the ranks disagree (see
-:mod:`partialcoll.broadcast`).  They do not flush open
+each rank passed with one allgather first, and raises the same error on
+every rank: a ScheduleError when the ranks disagree, and the kind one
+rank found in what it passed when it found a problem there (a wrong type
+is an ArgumentTypeError everywhere; see
+:mod:`partialcoll.collectives.broadcast`).
+They do not flush open
 :class:`~partialcoll.torch.EagerOptimizer` objects: like any collective,
 call ``opt.flush()`` first if steps were taken (a rank inside a majority or
 quorum step may be waiting for you).
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import torch
 from mpi4py import MPI
@@ -66,8 +69,8 @@ def broadcast_parameters(params: Parameters, root_rank: int = 0,
     if error is None:
         try:
             items = named_tensors(params)
-        except ScheduleError as e:
-            error = str(e)
+        except (ScheduleError, TypeError, ValueError) as e:
+            error = e
     mine = None if items is None else describe(items)
     everyone = agree(ctl, "broadcast_parameters", root_rank, mine, error)
     _same_tensors("broadcast_parameters", everyone, root_rank)
@@ -307,8 +310,8 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer,
     if error is None:
         try:
             mine = _layout(optimizer)
-        except ScheduleError as e:
-            error = str(e)
+        except (ScheduleError, TypeError, ValueError) as e:
+            error = e
     everyone = agree(ctl, "broadcast_optimizer_state", root_rank, mine,
                      error)
     _same_layout(everyone, root_rank)

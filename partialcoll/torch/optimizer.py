@@ -192,17 +192,17 @@ class EagerOptimizer(AveragerFront, torch.optim.Optimizer):
                  backward_passes_per_step: int = 1,
                  overlap: bool | None = None,
                  compression: str | None = None) -> None:
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise ArgumentTypeError(f"EagerOptimizer wraps a "
-                                    f"torch.optim.Optimizer, not "
-                                    f"{type(optimizer).__name__}")
-        if isinstance(optimizer, EagerOptimizer):
-            raise ArgumentTypeError("this optimizer is already an "
-                                    "EagerOptimizer: use it as it is")
-        self.optimizer = optimizer
         # A bad argument on one rank must not leave the others waiting in
         # the averager's agreement: refuse_setup() joins it and raises there.
         try:
+            if not isinstance(optimizer, torch.optim.Optimizer):
+                raise ArgumentTypeError(f"EagerOptimizer wraps a "
+                                        f"torch.optim.Optimizer, not "
+                                        f"{type(optimizer).__name__}")
+            if isinstance(optimizer, EagerOptimizer):
+                raise ArgumentTypeError("this optimizer is already an "
+                                        "EagerOptimizer: use it as it is")
+            self.optimizer = optimizer
             named, self._given, self._names = check_named(optimizer,
                                                           named_parameters)
             self._named = named

@@ -17,11 +17,11 @@ from mpi4py import MPI
 from ...core import arrays, devices
 from ...core.buffers import Buffer
 from ...core.checks import check_comm, check_int, require_thread_multiple
-from ...core.errors import ScheduleError
+from ...core.errors import PartialcollError, ScheduleError
 from ...core.ops import OPS, Op, OpLike, as_op
 from ...core.request import Request
 from ..staging import check_compression, wire_dtype
-from .rounds import dropped
+from .rounds import dropped, refuse
 from .kinds import KINDS
 from .result import PartialResult
 
@@ -32,34 +32,39 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
                 sync_every=None, quorum=None, seed=0, algorithm=None,
                 priority=0, compression=None):
     """Check the arguments and make the state of a partial allreduce object
-    (:class:`.rounds.Rounds`) shaped like ``like`` (collective)."""
+    (:class:`.rounds.Rounds`) shaped like ``like`` (collective).  A bad
+    argument on some ranks raises the same error on every rank, of the
+    kind those ranks found (:func:`.rounds.refuse`)."""
     require_thread_multiple()
-    if like is MPI.IN_PLACE:
-        raise ScheduleError(f"{name}: MPI.IN_PLACE is not a buffer here "
-                            "(pass an array like the contributions)")
-    if not isinstance(like, arrays.Data):
-        like = arrays.ingest(like if hasattr(like, "__dlpack__") or
-                              devices.backend_of(like) is not None or
-                              hasattr(like, "__cuda_array_interface__")
-                              else np.asarray(like), "like")
-    backend = like.backend
-    op = as_op(op)
-    arrays.check_op(op, like.dtype)
     comm = check_comm(comm)
-    if sync_every is not None:
-        sync_every = check_int(sync_every, "sync_every", 1)
-    seed = check_int(seed, "seed", 0)
-    priority = check_int(priority, "priority", -2**31, 2**31 - 1)
-    # What is deposited, reduced and accumulated, as allreduce stages it:
-    # 16-bit floats in float32, rounded once when a result is delivered
-    # (see deliver); under compression floating data in float16, widened
-    # back when delivered; anything else as it is (not compressed, as
-    # Horovod's)
-    compression = check_compression(compression)
-    if like.dtype.kind != "f":
-        compression = None
-    dtype = wire_dtype(like.dtype, compression) or like.dtype
-    arrays.check_op(op, dtype)
+    try:
+        if like is MPI.IN_PLACE:
+            raise ScheduleError("MPI.IN_PLACE is not a buffer here (pass "
+                                "an array like the contributions)")
+        if not isinstance(like, arrays.Data):
+            like = arrays.ingest(like if hasattr(like, "__dlpack__") or
+                                 devices.backend_of(like) is not None or
+                                 hasattr(like, "__cuda_array_interface__")
+                                 else np.asarray(like), "like")
+        backend = like.backend
+        op = as_op(op)
+        arrays.check_op(op, like.dtype)
+        if sync_every is not None:
+            sync_every = check_int(sync_every, "sync_every", 1)
+        seed = check_int(seed, "seed", 0)
+        priority = check_int(priority, "priority", -2**31, 2**31 - 1)
+        # What is deposited, reduced and accumulated, as allreduce stages
+        # it: 16-bit floats in float32, rounded once when a result is
+        # delivered (see deliver); under compression floating data in
+        # float16, widened back when delivered; anything else as it is
+        # (not compressed, as Horovod's)
+        compression = check_compression(compression)
+        if like.dtype.kind != "f":
+            compression = None
+        dtype = wire_dtype(like.dtype, compression) or like.dtype
+        arrays.check_op(op, dtype)
+    except (PartialcollError, TypeError, ValueError) as e:
+        refuse(comm, name, e)
     args = {"name": name, "shape": like.shape, "given": like.dtype,
             "dtype": dtype, "compression": compression,
             "array_kind": like.kind, "op": op,

@@ -38,6 +38,24 @@ from .result import PartialResult
 log = logging.getLogger("partialcoll")
 
 
+def refused(name):
+    """The start of the message of an argument error at creation."""
+    return f"{name} not created"
+
+
+def refuse(comm, name, problem):
+    """Collective over ``comm``, for a rank that found ``problem`` (an
+    exception) in its arguments before it could make its :class:`Rounds`:
+    joins the agreement the other ranks' objects run at creation, so
+    every rank raises the same error, of ``problem``'s kind and naming
+    this rank, instead of an error here and a hang there.  Never
+    returns."""
+    lc = libcomm.library_comm(comm)
+    lc.before_collective()
+    control.gather_checked(lc.ctl, refused(name), None, problem)
+    raise AssertionError("unreachable: the agreement raised")
+
+
 class Rounds:
     """One partial allreduce's schedule, buffers and protocol (see the
     module docstring).  ``args`` is the handle's checked arguments: kind,
@@ -57,9 +75,12 @@ class Rounds:
             setattr(self, k, v)
         lc = libcomm.library_comm(self.comm)
         self.size, self.rank = lc.size, lc.rank
-        self.quorum = self.check_quorum(self.quorum)
+        try:
+            self.quorum, problem = self.check_quorum(self.quorum), None
+        except (PartialcollError, TypeError, ValueError) as e:
+            problem = e
         lc.before_collective()
-        self._check_consistent(lc, algorithm)
+        self._check_consistent(lc, algorithm, problem)
         # one executor communicator shared by every object on comm: this
         # object's messages are told apart by its own block of tags
         self._ntags = schedule.tag_block_size(self.size)
@@ -95,15 +116,21 @@ class Rounds:
         """Build the kind's activation into ``s`` (see :mod:`.schedule`)."""
         return schedule.circulant_activation(s, P, rank, tags)
 
-    def _check_consistent(self, lc, algorithm):
-        mine = {"collective": self.kind, "shape": tuple(self.shape),
-                "memory": self.mem.name,
-                "dtype": str(self.given), "op": self.op.name,
-                "quorum": self.quorum, "seed": self.seed,
-                "catch_up": self.catch_up, "sync_every": self.sync_every,
-                "algorithm": algorithm, "priority": self.priority,
-                "compression": self.compression}
-        everyone, bad = control.disagreements(lc.ctl, mine)
+    def _check_consistent(self, lc, algorithm, problem=None):
+        """Collective: the same error on every rank when a rank found a
+        ``problem`` in its arguments (of its kind, see :func:`refuse`) or
+        the ranks' arguments differ."""
+        mine = None if problem is not None else {
+            "collective": self.kind, "shape": tuple(self.shape),
+            "memory": self.mem.name,
+            "dtype": str(self.given), "op": self.op.name,
+            "quorum": self.quorum, "seed": self.seed,
+            "catch_up": self.catch_up, "sync_every": self.sync_every,
+            "algorithm": algorithm, "priority": self.priority,
+            "compression": self.compression}
+        everyone = control.gather_checked(lc.ctl, refused(self.name), mine,
+                                          problem)
+        bad = [k for k in mine if any(d[k] != mine[k] for d in everyone)]
         if bad:
             detail = "; ".join(control.per_rank(everyone, k) for k in bad)
             raise ScheduleError(f"{self.name} created with different "
@@ -478,7 +505,8 @@ class RoundsRequest(Request):
     """The request of a call that waits for round ``rnd``."""
 
     def __init__(self, rounds, rnd, seq):
-        self._rounds, self._round, self._seq, self._res = rounds, rnd, seq, None
+        self._rounds, self._round, self._seq = rounds, rnd, seq
+        self._res = None
 
     def test(self):
         """True when the round completed (``wait()`` then returns at once)."""
