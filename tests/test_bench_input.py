@@ -22,7 +22,7 @@ BAD = [
     "sweep --repeat 0", "sweep -m 64:8", "sweep -m 8:64 --sizes 8",
     "sweep -f 1", "sweep -d int3", "tictac -i 0", "tictac -x -1",
     "mlfabric-sched --sizes 0", "mlfabric-sched --sizes -5",
-    "mlfabric-sched --repeats 0", "mlfabric-sched --runs 0",
+    "mlfabric-sched --repeat 0", "mlfabric-sched --runs 0",
     "mlfabric-sched --aggregators -1", "mlfabric-sched --seed -1",
     "aware --mbytes -1", "aware --size 1MiB+", "aware --size 2",
     "aware --low 0", "aware --every inf",

@@ -118,6 +118,15 @@ def test_a_sweep_gives_the_same_sizes_in_every_command():
         assert module.sizes_of(args) == [1024, 32768, 1 << 20], cmd
 
 
+def test_a_step_without_a_range_is_refused():
+    """-f steps a -m range: with a list of sizes it would be ignored."""
+    args = PARSERS["sweep"].parse_args("--sizes 8,64 -f 4".split())
+    with pytest.raises(SystemExit, match="-f is the step of a -m"):
+        sweep.sizes_of(args)
+    args = PARSERS["sweep"].parse_args("-m 8:64".split())
+    assert sweep.sizes_of(args) == [8, 16, 32, 64]        # -f 2 unsaid
+
+
 def test_the_familiar_spellings_of_allreduce_still_read():
     """OSU's --iterations and nccl-tests' --datatype: the same options."""
     a = PARSERS["allreduce"].parse_args(
@@ -136,6 +145,16 @@ def test_a_former_option_still_works_and_says_what_to_write(
     err = capsys.readouterr().err
     old = line.split()[1]
     assert f"{old} is deprecated" in err and f"--size {bytes_}" in err, err
+
+
+def test_repeats_is_repeat_everywhere(capsys):
+    """One spelling for timed blocks or batches repeated: --repeat."""
+    for name in sorted(COMMANDS):
+        flags = {f for a in _options(name) for f in a.option_strings}
+        assert "--repeats" not in flags, name
+    args = build_parser().parse_args("mlfabric-sched --repeats 3".split())
+    assert int(args.repeat) == 3
+    assert "--repeats is deprecated" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("line", ["latency --size 1200",

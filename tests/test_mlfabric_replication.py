@@ -245,6 +245,6 @@ def test_bench_subcommand_runs():
     p = argparse.ArgumentParser()
     mlfabric_sched.add_args(p)
     rows = mlfabric_sched.run(p.parse_args(["--sizes", "8,12",
-                                            "--repeats", "1"]))
+                                            "--repeat", "1"]))
     assert [r["U"] for r in rows] == [8, 12]
     assert all(r["total_cpu_ms"] > 0 for r in rows)

@@ -168,8 +168,9 @@ def add_size_range(p, default, group=None):
         "-m", "--message-size", type=size_range, default=None,
         metavar="MIN:MAX",
         help=f"size range in bytes, OSU style (default: {default})")
-    p.add_argument("-f", "--stepfactor", type=factor, default=2.0,
-                   help="each size of the range is the last times this")
+    p.add_argument("-f", "--stepfactor", type=factor, default=None,
+                   help="each size of the range is the last times this "
+                        "(default 2)")
 
 
 class _Renamed(argparse.Action):

@@ -86,7 +86,7 @@ def sizes_of(args):
         if lo > hi:
             raise SystemExit(f"partialcoll-bench allreduce: -b {lo} is "
                              f"larger than -e {hi}")
-    return sizes_between(lo, hi, args.stepfactor)
+    return sizes_between(lo, hi, args.stepfactor or 2.0)
 
 
 def impls_of(args):

@@ -53,7 +53,11 @@ def sizes_of(args):
     """The message sizes in bytes: --sizes, or -m MIN:MAX in steps of -f,
     or the default list."""
     if args.message_size:
-        return sizes_between(*args.message_size, args.stepfactor)
+        return sizes_between(*args.message_size, args.stepfactor or 2.0)
+    if args.stepfactor is not None:
+        raise SystemExit("partialcoll-bench sweep: -f is the step of a "
+                         "-m MIN:MAX range; with --sizes (or the default "
+                         "list) give no -f")
     return [parse_size(s) for s in (args.sizes or DEFAULT_SIZES).split(",")
             if s.strip()]
 
