@@ -1,6 +1,7 @@
 """The cluster in a box (tests/cluster.py): hosts with their own hostname,
 /dev/shm and clocks, and nothing left behind however a run ends."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -102,6 +103,18 @@ def test_nothing_is_left_after_a_failed_run(how):
         assert cluster("--check").returncode == 0
     wait_clean()
     assert leftovers() == ([], [])
+
+
+def test_a_machine_that_refuses_namespaces_fails_saying_so():
+    """Not root: the namespaces are refused; the run fails, never skips."""
+    if shutil.which("setpriv") is None:
+        pytest.fail("setpriv (util-linux) is needed to run as another user")
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534",
+                        "--clear-groups", sys.executable, CLUSTER, "--check"],
+                       capture_output=True, text=True, timeout=60,
+                       cwd=tempfile.gettempdir())
+    assert r.returncode != 0
+    assert "refused the namespaces" in r.stderr, r.stderr
 
 
 def test_bad_arguments_are_refused():
