@@ -114,9 +114,10 @@ class Host:
             capture_output=True, text=True, timeout=30, **kw)
 
     def shm(self):
-        """The files in this host's /dev/shm."""
+        """The files in this host's /dev/shm (None: the host is gone, torn
+        down after a time limit or died during the run)."""
         if self.proc.poll() is not None:
-            return []                        # torn down: nothing is left
+            return None
         out = self.run("ls", "-A", "/dev/shm")
         return out.stdout.split()
 
@@ -201,9 +202,10 @@ def run_job(cmd, env, timeout, on_timeout=None):
                             errors="replace", bufsize=1,
                             preexec_fn=_die_with_parent)
     leaks = 0
-    deadline = time.monotonic() + timeout
+    fired = threading.Event()
 
     def kill(*_):
+        fired.set()
         proc.kill()
         if on_timeout is not None:       # whatever still holds the output
             on_timeout()
@@ -221,7 +223,7 @@ def run_job(cmd, env, timeout, on_timeout=None):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    if time.monotonic() >= deadline and rc != 0:
+    if fired.is_set():
         print(f"cluster: the job ran past its time limit of {timeout:g} s",
               flush=True)
         rc = 124
@@ -285,7 +287,12 @@ def main(argv=None):
             rc = rc or 1
         for h in cluster.hosts:
             left = h.shm()
-            if left:
+            if left is None:
+                if rc != 124:            # not torn down by the time limit
+                    print(f"cluster: host {h.name} ended during the run",
+                          flush=True)
+                    rc = rc or 1
+            elif left:
                 print(f"cluster: the job left {len(left)} file(s) in "
                       f"{h.name}'s /dev/shm: {' '.join(left)}", flush=True)
                 rc = rc or 1

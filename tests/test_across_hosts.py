@@ -56,3 +56,29 @@ def test_emulated_network_refused_across_hosts_accepted_on_one():
         pc.network.enable(nic, COMM)
     assert pc.network.current() is None
     COMM.Barrier()
+
+
+def test_control_channel_posts_one_receive_per_rank_and_cancels_them():
+    """An idle partial object's communicator has one control receive per
+    rank posted (no MPI_ANY_SOURCE receive), and none is left once the
+    object is closed.  (Alone, an object has no peer to hear from.)"""
+    import time
+    comm = COMM.Dup()
+    try:
+        COMM.Barrier()
+        before = pc.engine_stats()["outstanding"]
+        ar = pc.SoloAllreduce(np.zeros(4), comm=comm)
+        want = before + (P if P > 1 else 0)
+        deadline = time.monotonic() + 10
+        while pc.engine_stats()["outstanding"] != want and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pc.engine_stats()["outstanding"] == want
+        ar.close()
+        deadline = time.monotonic() + 10
+        while pc.engine_stats()["outstanding"] != before and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pc.engine_stats()["outstanding"] == before
+    finally:
+        comm.Free()

@@ -146,7 +146,6 @@ def test_a_sub_communicator_has_its_own_reference():
         truth = _true_offsets(sub)
         if truth is not None:
             assert abs(clk.offset - truth[sub.rank]) <= clk.error
-        assert not sub.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
         sub.Barrier()
     finally:
         sub.Free()
@@ -196,8 +195,8 @@ def test_ranks_with_clocks_a_day_apart(tmp_path):
     allreduce, the timeline merge and MLfabric; here its offsets are
     checked once more and printed."""
     why = _time_namespaces()
-    if why:
-        pytest.skip(why)
+    if why:                    # as the cluster runs: fail, never skip
+        pytest.fail(why)
     p = _mpmd([DAY, 0, 2 * DAY], str(tmp_path / "trace.json"), timeout=60)
     assert p.returncode == 0, \
         f"the job failed ({p.returncode}):\n{p.stdout[-3000:]}\n" \

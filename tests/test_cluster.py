@@ -20,15 +20,22 @@ def cluster(*args, timeout=120):
                           capture_output=True, text=True, timeout=timeout)
 
 
+#: how long the ranks of the failed runs below sleep (a number no other
+#: process uses, so that they can be found)
+NAP = "61.25"
+
+
 def leftovers():
-    """Processes and state a cluster run could leave: holders, proxies,
-    state folders."""
+    """Processes and state a cluster run could leave: holders (their
+    arguments name the hosts), mpiexec and its proxies (theirs name
+    cluster_ssh), the ranks of the runs below (sleep NAP), state
+    folders."""
     out = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True,
                          text=True).stdout.splitlines()
     procs = [ln for ln in out
              if not ln.startswith("Z") and
              ("pc-host" in ln or "cluster_ssh" in ln or
-              "partialcoll-cluster" in ln)]
+              "partialcoll-cluster" in ln or f"sleep {NAP}" in ln)]
     state = [n for n in os.listdir(tempfile.gettempdir())
              if n.startswith("partialcoll-cluster-")]
     return procs, state
@@ -44,9 +51,9 @@ def wait_clean(deadline=10):
 
 
 def test_hosts_have_their_own_hostname_shm_and_clock():
-    job = ("echo $(hostname) $PMI_RANK $(cut -d' ' -f1 /proc/uptime) "
-           "$(ls -A /dev/shm | grep -c cluster-test); "
-           "touch /dev/shm/cluster-test-$PMI_RANK; sleep 0.5; "
+    job = ("touch /dev/shm/cluster-test-$PMI_RANK; sleep 1; "
+           "echo $(hostname) $PMI_RANK $(cut -d' ' -f1 /proc/uptime) "
+           "$(ls -A /dev/shm | grep -c cluster-test); sleep 1; "
            "rm /dev/shm/cluster-test-$PMI_RANK")
     r = cluster("--hosts", "2", "--per-host", "2", "--", "sh", "-c", job)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -59,9 +66,9 @@ def test_hosts_have_their_own_hostname_shm_and_clock():
     # the second host's clocks are a day ahead of the first's
     up = [float(by_rank[k][2]) for k in range(4)]
     assert abs(up[2] - up[0] - DAY) < 5 and abs(up[1] - up[0]) < 5
-    # a rank sees only its own host's /dev/shm (at most its neighbour's
-    # file, never those of the other host)
-    assert all(int(row[3]) <= 1 for row in rows)
+    # a rank sees its own host's /dev/shm: its file and its neighbour's,
+    # never those of the other host's ranks
+    assert [int(row[3]) for row in rows] == [2, 2, 2, 2], rows
     wait_clean()
     assert leftovers() == ([], [])
 
@@ -88,11 +95,11 @@ def test_nothing_is_left_after_a_failed_run(how):
     """A job past its time limit, and the script itself killed (SIGKILL):
     no holder, proxy, rank or state folder remains."""
     if how == "time limit":
-        r = cluster("--timeout", "3", "--", "sleep", "60", timeout=60)
+        r = cluster("--timeout", "3", "--", "sleep", NAP, timeout=60)
         assert r.returncode == 124
         assert "time limit" in r.stdout
     else:
-        p = subprocess.Popen([sys.executable, CLUSTER, "--", "sleep", "60"],
+        p = subprocess.Popen([sys.executable, CLUSTER, "--", "sleep", NAP],
                              stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
         time.sleep(3)

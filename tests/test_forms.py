@@ -149,3 +149,22 @@ def test_context_manager_closes_and_returns_what_was_left():
     assert (got == 20 * P).all()
     assert not libcomm.find(COMM).cache["partial.forms"].cache
     COMM.Barrier()
+
+
+def test_options_of_a_function_form_are_checked_before_any_collective():
+    """seed and quorum are part of the cached signature: a wrong type is
+    refused on the calling rank before the flush of the other signatures
+    or the creation (collectives the other ranks would not join)."""
+    x = np.ones(4)
+    pc.majority_allreduce(x, comm=COMM, seed=3)  # a signature cached first
+    with pytest.raises(pc.ArgumentTypeError, match="seed must be an int"):
+        pc.majority_allreduce(x, comm=COMM, seed="1")
+    with pytest.raises(pc.ArgumentTypeError, match="quorum must be an int"):
+        pc.quorum_allreduce(x, 1.5, comm=COMM)
+    with pytest.raises(pc.ScheduleError, match="quorum must be"):
+        pc.quorum_allreduce(x, 0, comm=COMM)
+    forms = forms_module._forms(libcomm.library_comm(COMM))
+    assert len(forms.cache) == 1
+    # the cached signature was not flushed for the refused ones
+    assert all(f.dirty for f in forms.cache.values())
+    pc.close_partials(COMM)

@@ -7,8 +7,8 @@
  *  1. Cost follows work: one transport poll per sweep covers every message
  *     of the process; a schedule is visited only when one of its messages
  *     completed.  Idle persistent schedules post nothing: their stamped
- *     receives are served by one wildcard receive per communicator (the
- *     control channel, ctrl.c), routed by {stamp id, source, tag}.
+ *     receives are served by one receive per peer rank and communicator
+ *     (the control channel, ctrl.c), routed by {stamp id, source, tag}.
  *  2. Sends are never cancelled.  A freed or failed schedule's sends run to
  *     completion; the binding keeps their buffers until sends_left is 0.
  *  3. Priority orders the wire: with a cap on sends in flight per

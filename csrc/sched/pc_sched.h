@@ -83,7 +83,8 @@
  *
  * Round-stamped messages (flag STAMPED, SEND/RECV with count == 0)
  *   carry {schedule stamp id, round, tag}.  They travel on the engine's
- *   control channel (one receive per communicator, engine/ctrl.c), not one
+ *   control channel (one receive per peer rank and communicator,
+ *   engine/ctrl.c), not one
  *   posted receive per op, so idle schedules cost nothing.  A message stamped
  *   with round s is: stale (s < current round) -> discarded, counted; for the
  *   current round -> completes the op (or is a surplus); for a later round ->

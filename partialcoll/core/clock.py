@@ -25,8 +25,9 @@ one rank at a time, ``exchanges`` round trips each::
 Rank r read T at some instant between t_send and t_recv of the
 reference's clock, whatever the two messages' delays, so the true offset
 lies within error_r of the estimate; the smallest round trip gives the
-tightest bound.  An offset within its error of zero is taken as zero: the
-processes of one host convert times unchanged.  The reference then
+tightest bound.  An offset within its error of zero is taken as zero (the
+processes of one host convert times unchanged), and its error grows by
+what was rounded away, so the bound still holds.  The reference then
 broadcasts every rank's (offset, error).  Cost: about ``exchanges`` x
 (P - 1) round trips, well under a millisecond on one host.
 
@@ -179,7 +180,11 @@ def _ping(dup, peer, exchanges):
             best_rtt = t_recv - t_send
             best = float(reply[0]) - (t_send + t_recv) / 2
     error = best_rtt / 2
-    return (0.0 if abs(best) <= error else best), error
+    if abs(best) <= error:
+        # taken as zero (processes of one host convert times unchanged);
+        # the bound grows by what was rounded away, so it still holds
+        return 0.0, error + abs(best)
+    return best, error
 
 
 def _answer(dup):

@@ -42,8 +42,9 @@ def set_send_cap(n: int) -> None:
 def engine_stats() -> dict[str, int]:
     """Counters of the progress engine: ``outstanding`` messages (of every
     kind: idle persistent schedules add none, one control receive per
-    peer rank and communicator serves them), ``hot`` (round-bound ones), ``sends_left``,
-    ``unclaimed``/``foreign`` stamped messages, and ``send_cap``."""
+    peer rank and communicator serves them), ``hot`` (round-bound ones),
+    ``sends_left``, ``unclaimed``/``foreign`` stamped messages, and
+    ``send_cap``."""
     return _core.engine_stats()
 
 

@@ -263,14 +263,24 @@ def _check_one_host(comm):
     everyone = comm.allgather(where)
     hosts = sorted({h for h, _ in everyone})
     keys = {k for _, k in everyone}
-    if len(hosts) > 1 or len(keys) > 1:
+    if len(hosts) > 1:
         names = ", ".join(hosts[:4]) + (", ..." if len(hosts) > 4 else "")
         raise ScheduleError(
             f"the emulated network models one host, but the {len(everyone)} "
-            f"ranks run on {max(len(hosts), len(keys))} (hosts {names}): each "
-            f"host would model its own copy of the network.  Run every rank "
-            f"on one host (mpiexec -n P with no host file), or leave the "
-            f"network out (unset {env.NETWORK}) across hosts")
+            f"ranks run on {len(hosts)} (hosts {names}): each host would "
+            f"model its own copy of the network.  Run every rank on one "
+            f"host (mpiexec -n P with no host file), or leave the network "
+            f"out (unset {env.NETWORK}) across hosts")
+    if len(keys) > 1:
+        # one host, but the ranks' parent processes differ: each rank was
+        # started through a wrapper of its own, and the ranks would name
+        # different segments
+        raise ScheduleError(
+            f"the emulated network: the ranks were not all started by the "
+            f"same launcher process ({len(keys)} different parents; a "
+            f"wrapper such as 'sh -c' or a tool around each rank?), so they "
+            f"cannot find one shared network segment.  Start the ranks "
+            f"directly under mpiexec")
 
 
 def _install(n, generation):

@@ -37,7 +37,7 @@ from mpi4py import MPI
 
 from ...core import arrays, devices, libcomm
 from ...core.buffers import Buffer
-from ...core.checks import check_comm
+from ...core.checks import check_comm, check_int
 from ...core.errors import ScheduleError
 from ...core.ops import OPS, OpLike, as_op
 from .handles import deliver, make_rounds
@@ -112,6 +112,11 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
     # recvbuf is checked before the round: its result would be lost
     out = None if recvbuf is None else \
         _check_recvbuf(recvbuf, data, mem, device, name)
+    # the options are part of the cache key: a wrong type on one rank is
+    # refused here, before the signature's collective flush or creation
+    # that the other ranks would not join
+    for k, v in kw.items():
+        check_int(v, k, lo=0 if k == "seed" else 1)
     key = (kind, data.shape, str(data.dtype), op.name, mem.name, device,
            tuple(sorted(kw.items())))
     lc = libcomm.library_comm(comm)
