@@ -49,6 +49,19 @@ def test_exchanges_are_checked(exchanges, error):
         clock.estimate(MPI.COMM_SELF, exchanges=exchanges)
 
 
+@pytest.mark.mpi
+def test_a_bad_exchanges_on_one_rank_is_refused_on_every_rank():
+    """Not the bad rank alone (the others would wait in the estimate)."""
+    comm = MPI.COMM_WORLD
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    bad = comm.size - 1
+    with pytest.raises(pc.ArgumentTypeError,
+                       match=f"rank {bad}: exchanges must be an int"):
+        clock.estimate(comm, exchanges=2.5 if comm.rank == bad else 4)
+    comm.Barrier()
+
+
 class _Outcomes:
     """A receive's outcomes over plain MPI (no wire time)."""
 

@@ -55,6 +55,7 @@ from mpi4py import MPI
 from . import control, libcomm
 from .checks import check_comm, check_int
 from .engine import now
+from .errors import PartialcollError
 
 log = logging.getLogger("partialcoll")
 
@@ -143,10 +144,18 @@ def estimate(comm: MPI.Comm | None = None,
         start = clock.to_local(t)     # the same instant on every rank
     """
     comm = check_comm(comm)
-    exchanges = check_int(exchanges, "exchanges", 1)
     size, rank = comm.Get_size(), comm.Get_rank()
+    problem = None
+    try:
+        exchanges = check_int(exchanges, "exchanges", 1)
+    except PartialcollError as e:
+        problem = e
     if size == 1:
+        if problem is not None:
+            raise problem
         return Clock(0, [0.0], [0.0], now())
+    # the same error on every rank, not a rank gone while the others wait
+    control.gather_checked(comm, "clock.estimate()", None, problem)
     dup = comm.Dup()
     try:
         table = np.zeros((2, size))          # offsets, errors
