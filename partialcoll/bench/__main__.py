@@ -74,7 +74,11 @@ def require(needs, command):
     the whole job rather than leave the other ranks waiting."""
     for module, requirement in needs:
         try:
-            importlib.import_module(module)
+            if module == "torchvision":    # its models, even where its
+                from ..tictac.graphs import torchvision_models  # operators
+                torchvision_models()       # do not load (see there)
+            else:
+                importlib.import_module(module)
         except ImportError as e:
             raise ImportError(f"partialcoll-bench {command} needs {module} "
                               f"({e}): pip install '{requirement}'") from e
