@@ -112,11 +112,34 @@ def test_a_server_commit_waits_for_the_replica():
 
 
 def test_a_large_div_max_delays_nothing():
+    """Nothing waits; no replica commit completes by T_last = 0.2, so the
+    replica, idle, gets its first (u, done at 1.1) and v is punted."""
     net, u, v, groups = two_updates()
     rep = replicate(groups, [], net, 1, [], DivergenceTracker(0.0),
                     div_max=10.0, start=0.0)
     assert rep.delayed == 0 and groups[1].end == pytest.approx(0.2)
-    assert rep.groups == [] and [g.uid for g in rep.punted] == ["u", "v"]
+    assert [[g.uid for g in grp.members] for grp in rep.groups] == [["u"]]
+    assert [g.uid for g in rep.punted] == ["v"]
+
+
+def test_a_replica_slower_than_a_batch_still_follows():
+    """The replica's link needs 1 s per update, batches come every 0.1 s
+    with one update each: a commit never completes within its batch, yet
+    the replica gets one commit whenever its earlier ones end (without
+    that it was punted for ever, and a run never drained)."""
+    out = {0: 10.0, 1: 10.0, 2: 10.0}
+    inn = {0: 10.0, 1: 1.0, 2: 10.0}
+    sched = Scheduler(0, [2], LinkMonitor(out, inn, lag=0.0), tau_max=50,
+                      aggregators=0, replica=1, replica_aggregators=0,
+                      interval=0.1)
+    replicated = []
+    for i in range(40):
+        plan = sched.plan(i * 0.1, [Update(i, 2, 1.0, sched.version,
+                                           norm=1.0)])
+        replicated += [g.uid for grp in plan.replication.groups
+                       for g in grp.members]
+    assert replicated == list(range(len(replicated)))     # in order
+    assert 3 <= len(replicated) <= 5      # about one per second of link
 
 
 def test_a_div_max_no_schedule_can_meet_is_reported():

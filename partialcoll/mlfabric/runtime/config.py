@@ -139,6 +139,10 @@ class RunConfig:
         duration, max_updates, target_loss: when to stop (the first met).
         eval_every: seconds between loss evaluations at the server.
         seed: aggregator draws and stragglers (a whole number >= 0).
+        record_models: keep the server's and the replica's model after
+            every commit, with its time, to measure their real divergence
+            (``RunResult.replica["max_divergence"]``); costs a model copy
+            per commit: for small models.
     """
 
     def __init__(self, mode="mlfabric", tau_max=None, aggregators=2,
@@ -147,7 +151,7 @@ class RunConfig:
                  monitor_lag=0.2, monitor_window=0.5, initial_rate=1e8,
                  duration=None, max_updates=None, target_loss=None,
                  eval_every=0.1, seed=0, distributors=0,
-                 distribution="algorithm3"):
+                 distribution="algorithm3", record_models=False):
         replica = bool(replica)
         values = dict(
             mode=mode, tau_max=tau_max, aggregators=aggregators,
@@ -177,6 +181,7 @@ class RunConfig:
         self.target_loss, self.eval_every = target_loss, eval_every
         self.seed, self.distributors = seed, distributors
         self.distribution = distribution
+        self.record_models = bool(record_models)
 
     def __repr__(self):
         return f"RunConfig({self.__dict__!r})"

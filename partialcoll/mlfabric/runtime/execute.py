@@ -21,6 +21,7 @@ rank's clock, and the link reports go back on the reference clock.
 """
 import numpy as np
 
+from ...core.errors import ScheduleError
 from ...core.schedule import Schedule
 
 
@@ -86,17 +87,25 @@ def link_report(outcomes, op, src, dst, size, start=None):
     return (end, src, dst, float(size), end - begin)
 
 
-def build(comm, program, held, length, dtype=np.float64, *, clock):
+def build(comm, program, held, length, dtype=np.float64, *, clock,
+          width=1):
     """Post ``program`` (this rank's ops for one batch) as a schedule.
 
     Args:
         comm: the data-plane communicator (the emulated network's).
         program: a :class:`~.program.Program` (or its ``ops`` list).
         held: {uid: array} of updates this rank holds (its own).
-        length, dtype: every update's and sum's shape.
+        length, dtype: every update's shape.
         clock: the run's :class:`~partialcoll.core.clock.Clock`; the
             program's start times are on its reference clock.
+        width: 2 when every message carries two sums (server momentum,
+            :mod:`.optim`): an own update goes as [u, weight * u], its
+            op's ``weight``; 1: as [u].
     Returns a :class:`BatchRun` (its schedule posted, or None).
+
+    Buffers are per stream: an update sent to the server and to the
+    replica (with different weights), or received by one aggregator for
+    both, has one buffer in each.
     """
     ops = program.ops if hasattr(program, "ops") else program
     run, me = BatchRun(clock), getattr(program, "rank", comm.rank)
@@ -108,14 +117,16 @@ def build(comm, program, held, length, dtype=np.float64, *, clock):
     s = Schedule(comm)
     slots, arrays = {}, {}
 
-    def slot(what, fresh=False):
-        if what not in slots:
+    def slot(op, what=None, fresh=False):
+        what = op.what if what is None else what
+        key = (op.stream, what)
+        if key not in slots:
             if what[0] == "update" and what[1] in held and not fresh:
-                arrays[what] = held[what[1]]
+                arrays[key] = _own(held[what[1]], width, op.weight)
             else:
-                arrays[what] = np.zeros(length, dtype)
-            slots[what] = s.buffer(arrays[what])
-        return slots[what]
+                arrays[key] = np.zeros(length * width, dtype)
+            slots[key] = s.buffer(arrays[key])
+        return slots[key]
 
     target = {}
     for op in ops:
@@ -128,24 +139,36 @@ def build(comm, program, held, length, dtype=np.float64, *, clock):
         if op.kind == "send":
             if op.start is not None:
                 after.append(s.start_at(local[i]))
-            index[i] = s.send(slot(op.what), op.peer, op.tag, after=after,
+            index[i] = s.send(slot(op), op.peer, op.tag, after=after,
                               priority=int(op.priority))
             run.sent.append((op.what, op.peer, op.size))
         elif op.kind == "recv":
-            index[i] = s.recv(slot(op.what, fresh=True), op.peer, op.tag,
+            index[i] = s.recv(slot(op, fresh=True), op.peer, op.tag,
                               priority=int(op.priority))
             run.recvs.append((index[i], op.peer, op.size, local.get(i), me))
         elif op.kind == "sum":
             if op.what[0] == "update" and op.what[1] in held:
                 run.summed.append(op.what)
-            index[i] = s.reduce(slot(target[i]), slot(op.what), after=after)
+            index[i] = s.reduce(slot(op, target[i]), slot(op), after=after)
         elif op.kind == "apply":
             index[i] = s.gate(after=after)
-            run.gates[index[i]] = (op.commit, arrays[op.what])
+            run.gates[index[i]] = (op.commit, arrays[(op.stream, op.what)])
     s.commit()
     run.schedule, run.request = s, s.post()
     run.arrays = arrays
     return run
+
+
+def _own(update, width, weight):
+    """An own update's message: [u] or [u, weight * u]."""
+    if width == 1:
+        return update
+    if weight is None:
+        raise ScheduleError("a two-sum message needs its member's weight")
+    out = np.empty(update.size * 2, update.dtype)
+    out[:update.size] = update
+    np.multiply(update, weight, out=out[update.size:])
+    return out
 
 
 def start_times(programs):

@@ -42,17 +42,21 @@ class Op:
     after: ops (indices into the same program) it waits for.
     commit: the commit's index at its destination (apply).
     stream: "server" or "replica" (whose commits it serves).
+    weight: with server momentum (:mod:`.optim`), the weight of an own
+        update's second half, gamma^(m-j), on its send or local sum;
+        None otherwise.
     """
 
     __slots__ = ("kind", "peer", "tag", "what", "size", "start", "priority",
-                 "after", "commit", "stream")
+                 "after", "commit", "stream", "weight")
 
     def __init__(self, kind, peer=None, tag=None, what=None, size=0.0,
-                 start=None, priority=0, after=(), commit=None, stream=None):
+                 start=None, priority=0, after=(), commit=None, stream=None,
+                 weight=None):
         self.kind, self.peer, self.tag, self.what = kind, peer, tag, what
         self.size, self.start, self.priority = size, start, priority
         self.after, self.commit = list(after), commit
-        self.stream = stream
+        self.stream, self.weight = stream, weight
 
     def __repr__(self):
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__
@@ -80,11 +84,14 @@ def first_byte(transfer):
     return transfer.points[0] if transfer.points else transfer.start
 
 
-def programs(plan, server, replica=None, tags=None):
+def programs(plan, server, replica=None, tags=None, gamma=None):
     """{rank: Program} for a :class:`~partialcoll.mlfabric.scheduler.batch.BatchPlan`.
 
     ``tags``: an iterator of fresh tags (default 0, 1, ...); the caller
-    keeps them unique among messages in flight (the tag budget)."""
+    keeps them unique among messages in flight (the tag budget).
+    ``gamma``: the server's momentum when commits carry two sums
+    (:mod:`.optim`): each own update's send or local sum gets its weight
+    gamma^(m-j); None: one sum, no weights."""
     tags = iter(tags) if tags is not None else itertools.count()
     progs = {}
 
@@ -97,7 +104,27 @@ def programs(plan, server, replica=None, tags=None):
     if replica is not None and plan.replication is not None:
         _commits(plan.replication.groups, replica, prog, tags, "replica",
                  REPLICA_PRIORITY)
+    if gamma is not None:
+        _weigh(progs, plan, gamma)
     return progs
+
+
+def _weigh(progs, plan, gamma):
+    """Set each own update's weight, gamma^(m-j), from its position j
+    (1-based) in its commit of m."""
+    at = {}
+    streams = [("server", plan.groups)]
+    if plan.replication is not None:
+        streams.append(("replica", plan.replication.groups))
+    for label, groups in streams:
+        for grp in groups:
+            m = len(grp.members)
+            for j, g in enumerate(grp.members):
+                at[(label, g.uid)] = float(gamma) ** (m - 1 - j)
+    for p in progs.values():
+        for op in p.ops:
+            if op.kind in ("send", "sum") and op.what[0] == "update":
+                op.weight = at[(op.stream, op.what[1])]
 
 
 #: replica transfers' priorities start here (after the server's)

@@ -114,14 +114,15 @@ class Applier:
     run's gates first; a run's gates are chained) or, ``ordered=False``,
     whichever arrives first."""
 
-    def __init__(self, apply, ordered=True):
+    def __init__(self, apply, ordered=True, allow=None):
         self.runs, self.apply, self.ordered = collections.deque(), apply, \
             ordered
+        self.allow = allow      # allow(members): may it be applied now?
         self.reports = []
         self.waited = False     # the last step spent its wait on a gate
 
     def add(self, run, members):
-        run.members, run.opened = members, 0
+        run.members, run.opened, run.pending = members, 0, None
         if run.schedule is not None and run.gates:
             self.runs.append(run)
 
@@ -159,13 +160,21 @@ class Applier:
     def _drain(self, run, wait):
         done = 0
         while run.opened < len(run.gates):
-            try:
-                op, rnd = run.schedule.wait_gate(timeout=wait)
-            except WaitTimeout:           # nothing ready yet
-                self.waited = wait > 0
-                return done
+            if run.pending is not None:   # arrived, held back by allow
+                op, rnd = run.pending
+            else:
+                try:
+                    op, rnd = run.schedule.wait_gate(timeout=wait)
+                except WaitTimeout:       # nothing ready yet
+                    self.waited = wait > 0
+                    return done
             commit, buf = run.gates[op]
-            self.apply(buf, run.members.get(commit, []))
+            members = run.members.get(commit, [])
+            if self.allow is not None and not self.allow(members):
+                run.pending = (op, rnd)   # try again at the next step
+                return done
+            run.pending = None
+            self.apply(buf, members)
             run.schedule.open_gate(op, rnd)
             run.opened, done, wait = run.opened + 1, done + 1, 0.0
         return done
@@ -230,10 +239,11 @@ def async_programs(uid, worker, size, tag, server=0):
     return send, recv
 
 
-def plan_programs(plan, roles, tags):
+def plan_programs(plan, roles, tags, gamma=None):
     """{rank: Program} of a batch plan, receives stamped with their
-    planned start (for link reports), and each rank's commit members."""
-    progs = programs(plan, roles.server, roles.replica, tags)
+    planned start (for link reports), and each rank's commit members.
+    ``gamma``: the server's momentum when messages carry two sums."""
+    progs = programs(plan, roles.server, roles.replica, tags, gamma)
     start_times(progs)
     members = {roles.server: {k: grp.members
                               for k, grp in enumerate(plan.groups)}}

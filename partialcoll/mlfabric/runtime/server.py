@@ -16,6 +16,7 @@ aggregated by Algorithm 3 in the order they became ready, then every
 worker pulls the new model).
 """
 import collections
+import math
 
 import numpy as np
 
@@ -24,7 +25,9 @@ from ..scheduler.batch import BatchPlan, Scheduler
 from ..scheduler.dyntree import choose_relays, plan_distribution, plan_relayed
 from ..scheduler.monitor import LinkMonitor
 from ..scheduler.ordering import Update
+from ..scheduler.replication import DivergenceTracker, divergence_bound
 from .execute import build
+from .optim import ServerMomentum
 from .program import Op
 from .roles import (CTL, Applier, DataTags, Stats, async_programs,
                     ctl_messages, freed_if_done, idle, plan_programs,
@@ -47,10 +50,19 @@ class Server:
         self.last_version = {}                 # worker -> its last notice's
         self.stopped, self.stopping = set(), False
         self.failures, self.error = {}, None   # rank -> message; own
-        self.applier = Applier(self._apply, ordered=cfg.mode != "async")
+        self.width = optimizer.wire_width(cfg.mode)
+        self.momentum = ServerMomentum(optimizer, self.w.size) \
+            if optimizer.at == "server" else None
+        self.iter_sum = np.zeros(self.w.size)
+        self.guard = ReplicaGuard(optimizer.server_gamma, cfg.div_max) \
+            if roles.replica is not None else None
+        self.applier = Applier(self._apply, ordered=cfg.mode != "async",
+                               allow=self.guard and self.guard.allow)
         self.tags, self.iteration = DataTags(), []
         self.batches, self.t_reached = 0, None
+        self.delayed = self.unmet = 0   # replication: the plans' counts
         self.sched = self._scheduler() if cfg.mode != "async" else None
+        self.models = Models(cfg.record_models, self.w, clock)
 
     def _scheduler(self):
         nodes = [self.roles.server] + self.roles.workers + \
@@ -63,7 +75,8 @@ class Server:
                          aggregators=self.cfg.aggregators,
                          replica=self.roles.replica,
                          replica_aggregators=self.cfg.replica_aggregators,
-                         div_max=self.cfg.div_max, gamma=0.0,
+                         div_max=self.cfg.div_max,
+                         gamma=self.opt.server_gamma,
                          interval=self.cfg.batch_interval,
                          seed=self.cfg.seed)
 
@@ -143,6 +156,8 @@ class Server:
             self.held_pulls.setdefault(src, now())   # in the order asked
         elif kind == "report":
             self._observe(msg[1])
+        elif kind == "replicated":           # the replica's applied count
+            self.guard.replicated(msg[1])
         elif kind == "stopped":
             self.stopped.add(src)
         elif kind == "failed":               # the worker stopped itself
@@ -245,6 +260,9 @@ class Server:
                 return
             plan = self.sched.plan(t_plan, self.ready)
             self.stats.sched_cpu.append(plan.cpu["total"])
+            if plan.replication is not None:
+                self.delayed += plan.replication.delayed
+                self.unmet += len(plan.replication.unmet)
             self._drop([g for g, _ in plan.dropped],
                        None, [r for _, r in plan.dropped])
         self.ready, self.batches = [], self.batches + 1
@@ -262,12 +280,13 @@ class Server:
                 self.ctl.send(("batch", ops, {}), dest=w, tag=CTL)
 
     def _distribute(self, plan):
-        progs, members = plan_programs(plan, self.roles, self.tags)
+        gamma = self.opt.momentum if self.width == 2 else None
+        progs, members = plan_programs(plan, self.roles, self.tags, gamma)
         for rank, prog in progs.items():
             mine = members.get(rank, {})
             if rank == self.roles.server:
                 run = build(self.dcomm, prog, {}, self.w.size,
-                            clock=self.clock)
+                            clock=self.clock, width=self.width)
                 self.applier.add(run, mine)
             else:
                 self.ctl.send(("batch", prog.ops, mine), dest=rank, tag=CTL)
@@ -290,14 +309,28 @@ class Server:
             st.late.update(g.uid for g in members)
             return
         if self.cfg.mode == "mlfabric-s":
-            self.opt.apply(self.w, buf, 1.0 / len(self.roles.workers))
+            n_workers = len(self.roles.workers)
+            if self.momentum is None:
+                self.opt.apply(self.w, buf, 1.0 / n_workers)
+            else:                  # one momentum step per iteration
+                self.iter_sum += buf
             self.iteration.extend(members)
-            if len(self.iteration) >= len(self.roles.workers):
+            if len(self.iteration) >= n_workers:
+                if self.momentum is not None:
+                    self.momentum.step_average(self.w,
+                                               self.iter_sum / n_workers)
+                    self.iter_sum[:] = 0
                 self.version, self.iteration = self.version + 1, []
                 st.comm.append(now() - self.t_full)
         else:
-            self.opt.apply(self.w, buf)
+            if self.momentum is None:
+                self.opt.apply(self.w, buf)
+            else:
+                self.momentum.apply(self.w, buf, len(members))
             self.version += len(members)
+            if self.guard is not None:
+                self.guard.applied(members)
+            self.models.record(self.w)
         for g, d in zip(members, delays):
             st.applied[g.uid] += 1
             st.delays[d if self.cfg.mode != "mlfabric-s" else 0] += 1
@@ -331,13 +364,24 @@ class Replica:
         self.clock = clock
         self.w = np.array(model.params, dtype=np.float64).reshape(-1)
         self.stats, self.version = Stats(), 0
+        self.width = optimizer.wire_width(cfg.mode)
+        self.momentum = ServerMomentum(optimizer, self.w.size) \
+            if optimizer.at == "server" else None
         self.applier = Applier(self._apply)
+        self.models = Models(cfg.record_models, self.w, clock)
 
     def _apply(self, buf, members):
-        self.opt.apply(self.w, buf)
+        if self.momentum is None:
+            self.opt.apply(self.w, buf)
+        else:
+            self.momentum.apply(self.w, buf, len(members))
         self.version += len(members)
+        self.models.record(self.w)
         for g in members:
             self.stats.applied[g.uid] += 1
+        # the server's guard holds its commits until the replica is near
+        # enough: say how far the replica is, at once
+        self.ctl.send(("replicated", self.version), dest=0, tag=CTL)
 
     def run(self):
         finishing = False
@@ -345,7 +389,7 @@ class Replica:
             for _, msg in ctl_messages(self.ctl):
                 if msg[0] == "batch":
                     run = build(self.dcomm, msg[1], {}, self.w.size,
-                                clock=self.clock)
+                                clock=self.clock, width=self.width)
                     self.applier.add(run, msg[2])
                 elif msg[0] == "finish":
                     finishing = True
@@ -357,3 +401,83 @@ class Replica:
             if not busy and not self.applier.waited:
                 idle()
         return self.w
+
+
+class ReplicaGuard:
+    """Div_max enforced where the models live: the server applies a commit
+    only once the replica has applied enough of the server's order that
+    the Eq. 11 bound (:mod:`..scheduler.replication`) after the commit
+    is at most Div_max, or, when no replica progress could bring it under
+    (one commit alone moves the model further), once the replica has
+    everything the server applied before it.
+
+    The scheduler plans for the same bound, so in a run whose links behave
+    as the link monitor believes the guard never waits; it holds the
+    server when they do not (a replica's link slower than measured, a
+    loaded machine).  The replica reports its applied count after every
+    commit (a "replicated" control message)."""
+
+    def __init__(self, gamma, div_max):
+        self.tracker = DivergenceTracker(gamma)
+        self.div_max, self.replica, self.reported = float(div_max), 0, 0
+        self.server = 0
+        self.held, self.held_s, self._since = 0, 0.0, None
+
+    def allow(self, members):
+        """May the server apply a commit of ``members`` now?  Counts the
+        commits held back (``held``) and the seconds they waited
+        (``held_s``)."""
+        t = self.tracker
+        ok = self.div_max == math.inf or not t.lead or divergence_bound(
+            t.h, t.lead + [g.norm for g in members], t.gamma) <= \
+            self.div_max
+        if not ok and self._since is None:
+            self.held, self._since = self.held + 1, now()
+        elif ok and self._since is not None:
+            self.held_s += now() - self._since
+            self._since = None
+        return ok
+
+    def applied(self, members):
+        self.tracker.server_applied(g.norm for g in members)
+        self.server += len(members)
+        self._sync()
+
+    def replicated(self, count):
+        """The replica has applied the first ``count`` updates."""
+        self.reported = max(self.reported, count)
+        self._sync()
+
+    def _sync(self):
+        """The replica's lead as far as the server has applied (a replica
+        commit may complete before the server's of the same updates)."""
+        new = min(self.reported, self.server) - self.replica
+        if new > 0:
+            self.tracker.replica_applied(new)
+            self.replica += new
+
+
+class Models:
+    """(time on the reference clock, model) after every commit, when
+    ``record_models`` is on (to measure the real divergence)."""
+
+    def __init__(self, on, w, clock):
+        self.on, self.clock = on, clock
+        self.log = [(clock.reference_now(), w.copy())] if on else []
+
+    def record(self, w):
+        if self.on:
+            self.log.append((self.clock.reference_now(), w.copy()))
+
+
+def max_divergence(server_log, replica_log):
+    """The largest ||w_s(t) - w_r(t)|| over the times either changed
+    (each side's last model at or before t)."""
+    events = sorted([(t, 0, w) for t, w in server_log] +
+                    [(t, 1, w) for t, w in replica_log], key=lambda e: e[:2])
+    cur, worst = [None, None], 0.0
+    for _, side, w in events:
+        cur[side] = w
+        if cur[0] is not None and cur[1] is not None:
+            worst = max(worst, float(np.linalg.norm(cur[0] - cur[1])))
+    return worst

@@ -11,7 +11,7 @@ from ...core.checks import check_comm
 from .config import RunConfig
 from .optim import SGD
 from .roles import CTL, Roles, TrainingError, ctl_messages
-from .server import Replica, Server
+from .server import Replica, Server, max_divergence
 from .worker import Worker
 from ...core.errors import ScheduleError
 
@@ -42,8 +42,15 @@ class RunResult:
         invariants: {"max_delay", "late", "dropped_sent", "applied_twice",
             "unaccounted"}: the checks of a correct run (all 0 but
             max_delay, which is at most tau_max in mode "mlfabric").
-        replica: {"applied", "divergence"} (||w_server - w_replica|| at
-            the end) or None.
+        replica: {"applied", "divergence" (||w_server - w_replica|| at
+            the end), "delayed" (server commits the scheduler planned
+            later so that the replica keeps up, section 5.3), "unmet"
+            (those whose bound no plan could meet), "held" (server
+            commits held back at the server until the replica
+            came near enough: see :class:`~.server.ReplicaGuard`),
+            "held_s" (the seconds they waited),
+            "max_divergence" (the largest ||w_server - w_replica|| during
+            the run, with ``record_models``; else None)} or None.
         wall: seconds the run took.
         comm: MLfabric-S only: seconds per iteration from planning (all
             updates ready) to the last apply.
@@ -67,8 +74,8 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
     Args:
         model: ``params`` (1-D float, the start), ``gradient(params,
             worker, step)`` and ``loss(params)`` (see :mod:`.models`).
-        optimizer: a :class:`~.optim.SGD` (momentum kept at the workers;
-            default ``SGD(0.1)``).
+        optimizer: a :class:`~.optim.SGD`, momentum at the workers or
+            at the server (the paper's; default ``SGD(0.1)``).
         mode: "mlfabric" (ordering, aggregation, replication), "async"
             (plain asynchronous PS) or "mlfabric-s" (synchronous
             aggregation, section 6).
@@ -170,6 +177,7 @@ def _local(role, rank, roles, final):
            "bytes": st.bytes, "applied": st.applied, "pulls": st.pulls}
     if rank == roles.replica:
         out["params"] = final
+        out["models"] = role.models.log
     return out
 
 
@@ -198,7 +206,13 @@ def _result(server, everyone, roles, cfg, wall):
         rep = everyone[roles.replica]
         replica = {"applied": sum(rep["applied"].values()),
                    "divergence": float(np.linalg.norm(server.w -
-                                                      rep["params"]))}
+                                                      rep["params"])),
+                   "delayed": server.delayed, "unmet": server.unmet,
+                   "held": server.guard.held,
+                   "held_s": server.guard.held_s,
+                   "max_divergence": max_divergence(server.models.log,
+                                                    rep["models"])
+                   if cfg.record_models else None}
     cpu = st.sched_cpu
     rates = None if server.sched is None else \
         server.sched.monitor.rates(server.clock.reference_now())

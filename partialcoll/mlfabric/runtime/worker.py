@@ -40,6 +40,7 @@ class Worker:
         self.params = np.array(model.params, dtype=np.float64).reshape(-1)
         self.n, self.version, self.step = self.params.size, 0, 0
         self.history = optimizer.history(self.n)
+        self.width = optimizer.wire_width(cfg.mode)   # halves per message
         self.copies = 1 + (roles.replica is not None)
         self.held, self.made = {}, collections.Counter()
         self.runs, self.reports, self.stats = [], [], Stats()
@@ -88,7 +89,7 @@ class Worker:
     def _message(self, msg):
         if msg[0] == "batch":
             run = build(self.dcomm, msg[1], self.held, self.n,
-                        clock=self.clock)
+                        clock=self.clock, width=self.width)
             for uid in run.dropped:
                 self.stats.dropped_here.add(uid)
                 self.held.pop(uid, None)
@@ -138,7 +139,8 @@ class Worker:
         self.held[uid] = self.update
         self.stats.notified.add(uid)
         self.ctl.send(("ready", uid, self.version,
-                       self.opt.norm(self.update), float(self.update.nbytes)),
+                       self.opt.norm(self.update),
+                       float(self.update.nbytes * self.width)),
                       dest=0, tag=CTL)
         self.ctl.send(("pull",), dest=0, tag=CTL)
         if self.cfg.distributors:

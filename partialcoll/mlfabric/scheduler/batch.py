@@ -92,6 +92,7 @@ class Scheduler:
         self.server_floor = -INF       # the last planned server commit
         self.replica_floor = -INF
         self.backlog, self.server_time = [], {}
+        self.inflight = []             # replica commits frozen, not ended
         self.tracker = DivergenceTracker(gamma)
 
     def _network(self, now):
@@ -140,7 +141,9 @@ class Scheduler:
         rep = replicate(groups, self.backlog, self.net, self.replica,
                         self._draw(self.k_replica, avoid=aggs),
                         self.tracker, self.div_max, self.server_time, now,
-                        self.replica_floor, horizon=now + self.interval)
+                        self.replica_floor, horizon=now + self.interval,
+                        inflight=self.inflight)
+        self.inflight = rep.inflight
         for grp in groups:
             for g in grp.members:
                 self.server_time[g.uid] = grp.end

@@ -41,7 +41,11 @@ last update (a floor, :mod:`.links`).
    whose floor moved, are re-reserved after it.
 3. Freeze the replica commits that complete by T_last (the last server
    commit); the rest are punted to the next batch (their reservations
-   released; the workers keep those updates).
+   released; the workers keep those updates).  Ours: when none completes
+   by then and the replica's earlier commits end by then too, the first
+   is frozen anyway.  Otherwise a replica whose link needs more than a
+   batch interval for one commit would be punted for ever (and a server
+   that waits for it, Div_max, with it).
 
 Where the paper is silent (tested in tests/test_mlfabric_replication.py):
 the unit frozen or punted is a whole replica commit (a direct update, or a
@@ -135,30 +139,36 @@ class Replication:
         delayed: how many server commits were moved.
         unmet: server commits (indices) whose bound could not be met.
         checks: [(time, bound)] at every server commit.
+        inflight: frozen replica commits (of this batch or earlier ones)
+            that end after this batch's T_last: the next batch's walk
+            counts them at their end.
     """
 
     def __init__(self, groups, punted, server_groups, delayed, unmet,
-                 checks):
+                 checks, inflight=()):
         self.groups, self.punted = groups, punted
         self.server_groups, self.delayed = server_groups, delayed
         self.unmet, self.checks = unmet, checks
+        self.inflight = list(inflight)
 
 
 def replicate(server_groups, backlog, net, replica, aggregators, tracker,
               div_max, server_time=None, start=None, floor=-INF,
-              horizon=-INF):
+              horizon=-INF, inflight=()):
     """Section 5.3 for one batch.
 
     Args:
         server_groups: this batch's server commits (Algorithm 3's groups,
             reserved in ``net``), in order; delayed here when needed.
         backlog: updates committed by the server in earlier batches that
-            the replica has not, in the server's order.
+            the replica has not, in the server's order (not those of
+            ``inflight``).
         net: NW with the server's reservations; gets the frozen replica
             reservations (and the server's moved ones).
         replica, aggregators: the replica's node and its k' aggregators.
-        tracker: a :class:`DivergenceTracker` whose lead is the backlog's
-            norms; advanced to the state after this batch.
+        tracker: a :class:`DivergenceTracker` whose lead is the norms of
+            ``inflight``'s members, then the backlog's; advanced to the
+            state after this batch.
         div_max: Div_max.
         server_time: {uid: server commit time} for the backlog.
         start: when transfers may start (default ``net.now``).
@@ -166,40 +176,51 @@ def replicate(server_groups, backlog, net, replica, aggregators, tracker,
         horizon: replica commits that end by max(T_last, horizon) are
             frozen (the paper: T_last; a scheduler passes its next batch
             time so that an idle server does not stall the replica).
+        inflight: replica commits frozen by earlier batches that had not
+            ended by their T_last (``Replication.inflight``), in order.
 
     Returns a :class:`Replication`.
     """
     start = net.now if start is None else float(start)
+    inflight = list(inflight)
     batch = [g for grp in server_groups for g in grp.members]
     order = list(backlog) + batch
+    ahead = [g for grp in inflight for g in grp.members]
     times = dict(server_time or {})
     for grp in server_groups:
         for g in grp.members:
             times[g.uid] = grp.end
-    if len(tracker.lead) != len(backlog):
-        raise ScheduleError("the tracker's lead must be the backlog's norms")
+    if len(tracker.lead) != len(ahead) + len(backlog):
+        raise ScheduleError("the tracker's lead must be the in-flight "
+                            "commits' and the backlog's norms")
     agg = aggregate(order, net, replica, aggregators, start, floor,
                     ordered=True, not_before=times)
     net.adopt(agg.net)
-    rgroups = agg.groups
+    rgroups = inflight + agg.groups
     bounds = _Bounds(tracker.h, tracker.lead + [g.norm for g in batch],
                      tracker.gamma)
     walk = _Walk(net, server_groups, rgroups, times, bounds, div_max)
-    walk.run(len(backlog))
+    walk.run(len(ahead) + len(backlog))
     t_last = max([grp.end for grp in server_groups] + [horizon])
-    frozen = 0
+    frozen = len(inflight)
     while frozen < len(rgroups) and rgroups[frozen].end <= t_last:
         frozen += 1
-    for grp in rgroups[frozen:]:
+    if frozen == 0 and rgroups and floor <= t_last:
+        frozen = 1          # the replica would idle: its next commit goes
+    for grp in rgroups[max(frozen, len(inflight)):]:
         net.release(grp.forward)
         for tr in grp.arrivals:
             net.release(tr)
-    kept = rgroups[:frozen]
+    kept = rgroups[len(inflight):max(frozen, len(inflight))]
     count = sum(len(grp.members) for grp in kept)
+    final = inflight + kept
+    done = 0
+    while done < len(final) and final[done].end <= t_last:
+        done += 1
     tracker.server_applied(g.norm for g in batch)
-    tracker.replica_applied(count)
+    tracker.replica_applied(sum(len(grp.members) for grp in final[:done]))
     return Replication(kept, order[count:], server_groups, walk.delayed,
-                       walk.unmet, walk.checks)
+                       walk.unmet, walk.checks, final[done:])
 
 
 class _Walk:
