@@ -52,6 +52,18 @@ def test_infinite_settings_refused(setting, match):
         RunConfig(tau_max=2, duration=1.0, **setting)
 
 
+@pytest.mark.parametrize("setting, match", [
+    ({"checkpoint_every": 5}, "needs checkpoint_path"),
+    ({"checkpoint_every": 0, "checkpoint_path": "x.npy"}, "checkpoint_every"),
+    ({"checkpoint_every": 2.5, "checkpoint_path": "x.npy"},
+     "checkpoint_every"),
+    ({"checkpoint_every": 5, "checkpoint_path": ""}, "checkpoint_path"),
+])
+def test_bad_checkpoint_settings_refused(setting, match):
+    with pytest.raises(ValueError, match=match):
+        RunConfig(tau_max=2, duration=1.0, **setting)
+
+
 def test_check_run_refuses_infinite_compute():
     """train_allreduce's settings go through the same check."""
     with pytest.raises(ValueError, match="compute_time"):

@@ -141,6 +141,40 @@ def test_div_max_holds_on_the_real_run(slow_replica_in):
     assert res.losses[-1][2] < start
 
 
+def test_checkpoints_are_written_and_counted(network, tmp_path):
+    path = COMM.bcast(str(tmp_path / "server.npy"), root=0)
+    _, res = run("mlfabric", duration=1.0, checkpoint_every=5,
+                 checkpoint_path=path, optimizer=SGD(5.0, 0.9, at="server"))
+    check_invariants(res, tau_max=P - 1)
+    assert res.checkpoints["count"] == res.updates["applied"] // 5
+    if COMM.rank == 0:
+        saved = np.load(path)     # the model and the momentum history
+        assert saved.size == 2 * res.params.size
+        assert res.checkpoints["count"] == 0 or np.isfinite(saved).all()
+
+
+def test_the_replication_benchmark_runs():
+    """partialcoll-bench mlfabric-replica, a small run: every
+    configuration has a row; without a replica the last rank sits out,
+    so the rows compare the same workers."""
+    import argparse
+    from partialcoll.bench import mlfabric_replica
+    p = argparse.ArgumentParser()
+    mlfabric_replica.add_args(p)
+    args = p.parse_args("--duration 1 --model softmax --features 32 "
+                        "--classes 8 --base-rate 0.5e6 --compute 0.04 "
+                        "--interval 0.05 --every 0.5 --div-max 50,inf "
+                        "--checkpoint-every 5 --measure-divergence".split())
+    rows = mlfabric_replica.run(args, COMM)
+    assert [r["config"] for r in rows] == ["none", "replica 50",
+                                           "replica inf", "checkpoint 5"]
+    assert rows[0]["overhead_pct"] == 0
+    for r in rows[1:3]:
+        assert r["reduction"] >= 1 and r["max_div"] >= 0, r
+    assert rows[1]["max_div"] <= 50
+    assert rows[3]["checkpoints"] >= 1
+
+
 @pytest.mark.parametrize("at", ["worker", "server"])
 @pytest.mark.parametrize("mode", ["async", "mlfabric-s"])
 def test_baselines_train(network, mode, at):

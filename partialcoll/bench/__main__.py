@@ -12,7 +12,8 @@ import sys
 
 from ..core.failfast import abort_on_error
 from ._common import HelpFormatter, Parser, plain, versions_line
-from . import (allreduce, aware, hyperplane, latency, lstm, mlfabric, mlfabric_retarget,
+from . import (allreduce, aware, hyperplane, latency, lstm, mlfabric,
+               mlfabric_replica, mlfabric_retarget,
                mlfabric_sched, netcal, overhead, overlap, rps, sweep, tictac,
                tictac_allreduce)
 
@@ -48,6 +49,10 @@ COMMANDS = {
                          "without overlap with backward (needs torch)"),
     "mlfabric": (mlfabric, "MLfabric against asynchronous PS, ring and tree "
                            "allreduce under stragglers and uneven links"),
+    "mlfabric-replica": (mlfabric_replica, "MLfabric's replica against "
+                                           "checkpointing: data to the "
+                                           "replica and throughput by "
+                                           "Div_max"),
     "mlfabric-retarget": (mlfabric_retarget, "speed-ups over ring read "
                                              "again from saved loss curves "
                                              "(one process)"),

@@ -40,17 +40,21 @@ def whole(low):
     return parse
 
 
-def real(low, positive=False):
+def real(low, positive=False, infinite=False):
     """argparse type: a finite number >= ``low`` (> ``low`` with
-    ``positive``); NaN and infinities are refused."""
+    ``positive``); NaN is refused, and infinities unless ``infinite``
+    (then "inf" is allowed)."""
     def parse(text):
         try:
             x = float(text)
         except ValueError:
             x = math.nan
-        if not math.isfinite(x) or x < low or (positive and x == low):
+        ok = math.isfinite(x) or (infinite and x == math.inf)
+        if not ok or x < low or (positive and x == low):
+            kind = "number" if infinite else "finite number"
+            also = " or inf" if infinite else ""
             raise argparse.ArgumentTypeError(
-                f"a finite number {'>' if positive else '>='} {low}, "
+                f"a {kind} {'>' if positive else '>='} {low}{also}, "
                 f"not {text!r}")
         return x
     parse.__name__ = "number"

@@ -112,6 +112,13 @@ def add_args(p):
                    "would finish it first)")
     p.add_argument("--lr", type=real(0, True), default=5.0)
     p.add_argument("--momentum", type=real(0), default=0.5)
+    p.add_argument("--momentum-at", choices=("worker", "server"),
+                   default="worker",
+                   help="where the parameter-server schemes keep momentum: "
+                   "'worker' (default: each worker's history, the model's "
+                   "size on the wire) or 'server' (the paper's Eq. 2; "
+                   "MLfabric's messages carry two sums, twice the size); "
+                   "the synchronous schemes keep it on every worker")
     p.add_argument("--sync-lr", choices=("scaled", "same"), default="scaled",
                    help="the synchronous schemes' learning rate: 'scaled' "
                    "(default) lr x N on their mean of N updates, the same "
@@ -177,7 +184,9 @@ def _one(args, scheme, stragglers, seed, comm):
     """Run one scheme; returns {"losses", "drops", "max_delay", ...};
     the parameter-server schemes' also {"drop_reasons", "notified"}."""
     model = _model(args, seed)
-    opt = SGD(_lr(args, scheme, comm.size - 1), args.momentum)
+    sync = scheme in ("ring", "tree", "mlfabric-ar")
+    opt = SGD(_lr(args, scheme, comm.size - 1), args.momentum,
+              at="worker" if sync else args.momentum_at)
     common = dict(compute_time=args.compute, stragglers=stragglers,
                   duration=args.duration, seed=seed)
     if scheme in ("ring", "tree"):
@@ -306,7 +315,9 @@ def run(args, comm=MPI.COMM_WORLD):
          legend=[f"base rate {args.base_rate:g} B/s redrawn every "
                  f"{args.every} s{server}; compute {args.compute} s; "
                  f"{args.duration} s per scheme",
-                 f"lr {args.lr:g} (synchronous schemes: {args.sync_lr}); "
+                 f"lr {args.lr:g} (synchronous schemes: {args.sync_lr}), "
+                 f"momentum {args.momentum:g} (parameter server: at the "
+                 f"{args.momentum_at}); "
                  f"BLAS threads per rank "
                  f"{cap or 'as the library starts'}",
                  f"{args.aggregators} aggregators, {args.distributors} "

@@ -80,6 +80,10 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "distributors": _COUNT,
         "distribution": {"enum": list(DISTRIBUTIONS),
                          "says": f"one of {DISTRIBUTIONS}"},
+        "checkpoint_every": _none_or({"type": "integer", "minimum": 1},
+                                     "None or an integer >= 1"),
+        "checkpoint_path": _none_or({"type": "string", "minLength": 1},
+                                    "None or a file path"),
     },
     "allOf": [
         _rule({"mode": {"const": "mlfabric"}},
@@ -92,6 +96,10 @@ CONFIG_SCHEMA: dict[str, Any] = {
               {"mode": {"not": {"const": "async"}}},
               "distributors need mode 'mlfabric' or 'mlfabric-s' (a plain "
               "asynchronous PS answers every pull itself)"),
+        _rule({"checkpoint_every": {"type": "integer"}},
+              {"checkpoint_path": {"type": "string"}},
+              "checkpoint_every needs checkpoint_path (the file the "
+              "server writes)"),
         _rule({"distribution": {"not": {"const": "algorithm3"}}},
               {"distributors": {"minimum": 1}},
               "distribution {distribution!r} needs distributors >= 1 (the "
@@ -143,6 +151,12 @@ class RunConfig:
             every commit, with its time, to measure their real divergence
             (``RunResult.replica["max_divergence"]``); costs a model copy
             per commit: for small models.
+        checkpoint_every, checkpoint_path: the server saves its model (and
+            momentum history) to ``checkpoint_path`` (NumPy's .npy,
+            written beside it, flushed to disk, then renamed over it)
+            every ``checkpoint_every`` updates applied (modes "mlfabric"
+            and "async"), in its loop: the fault tolerance of an MPI
+            job, to weigh against a replica.
     """
 
     def __init__(self, mode="mlfabric", tau_max=None, aggregators=2,
@@ -151,7 +165,8 @@ class RunConfig:
                  monitor_lag=0.2, monitor_window=0.5, initial_rate=1e8,
                  duration=None, max_updates=None, target_loss=None,
                  eval_every=0.1, seed=0, distributors=0,
-                 distribution="algorithm3", record_models=False):
+                 distribution="algorithm3", record_models=False,
+                 checkpoint_every=None, checkpoint_path=None):
         replica = bool(replica)
         values = dict(
             mode=mode, tau_max=tau_max, aggregators=aggregators,
@@ -162,7 +177,9 @@ class RunConfig:
             initial_rate=initial_rate, duration=duration,
             max_updates=max_updates, target_loss=target_loss,
             eval_every=eval_every, seed=seed, distributors=distributors,
-            distribution=distribution)
+            distribution=distribution, checkpoint_every=checkpoint_every,
+            checkpoint_path=None if checkpoint_path is None
+            else str(checkpoint_path))
         schemas.check(CONFIG_SCHEMA, values, _NAMES)
         tau_max = None if tau_max is None else operator.index(tau_max)
         aggregators = _ranks_or_count(aggregators)
@@ -182,6 +199,9 @@ class RunConfig:
         self.seed, self.distributors = seed, distributors
         self.distribution = distribution
         self.record_models = bool(record_models)
+        self.checkpoint_every = None if checkpoint_every is None else \
+            operator.index(checkpoint_every)
+        self.checkpoint_path = values["checkpoint_path"]
 
     def __repr__(self):
         return f"RunConfig({self.__dict__!r})"

@@ -19,10 +19,12 @@ Design constraints:
    its worker gets a "drop" op and never a send.  The server still checks
    every commit's delays before applying it: one over tau_max is dropped
    and counted ("late"); tests assert this never happens.
-6. Momentum lives at the workers (see :mod:`.optim`): the server applies
-   w -= lr * (sum of a commit), a linear step, so an aggregate equals its
-   members applied one by one and the replica's model, whatever its
-   grouping, equals the server's once both applied the same updates.
+6. Momentum at the server (the paper's) or at the workers (see
+   :mod:`.optim`): either way a commit is exactly its members applied one
+   by one, so the replica's model, whatever its grouping, equals the
+   server's once both applied the same updates.  The server applies a
+   commit only while the replica's reported progress keeps Div_max
+   (:class:`~.server.ReplicaGuard`).
 7. Loops poll without spinning: a rank waits on a gate or sleeps 1 ms
    when nothing is ready.
 8. Times cross ranks on the reference clock (the server's, rank 0's:

@@ -17,6 +17,7 @@ worker pulls the new model).
 """
 import collections
 import math
+import os
 
 import numpy as np
 
@@ -63,6 +64,8 @@ class Server:
         self.delayed = self.unmet = 0   # replication: the plans' counts
         self.sched = self._scheduler() if cfg.mode != "async" else None
         self.models = Models(cfg.record_models, self.w, clock)
+        self.checkpoints = Checkpoints(cfg.checkpoint_every,
+                                       cfg.checkpoint_path)
 
     def _scheduler(self):
         nodes = [self.roles.server] + self.roles.workers + \
@@ -331,6 +334,7 @@ class Server:
             if self.guard is not None:
                 self.guard.applied(members)
             self.models.record(self.w)
+            self.checkpoints.after(self.version, self.w, self.momentum)
         for g, d in zip(members, delays):
             st.applied[g.uid] += 1
             st.delays[d if self.cfg.mode != "mlfabric-s" else 0] += 1
@@ -422,6 +426,7 @@ class ReplicaGuard:
         self.div_max, self.replica, self.reported = float(div_max), 0, 0
         self.server = 0
         self.held, self.held_s, self._since = 0, 0.0, None
+        self.lead_max, self.lead_sum, self.commits = 0, 0, 0
 
     def allow(self, members):
         """May the server apply a commit of ``members`` now?  Counts the
@@ -442,6 +447,9 @@ class ReplicaGuard:
         self.tracker.server_applied(g.norm for g in members)
         self.server += len(members)
         self._sync()
+        lead = self.server - self.replica
+        self.lead_max = max(self.lead_max, lead)
+        self.lead_sum, self.commits = self.lead_sum + lead, self.commits + 1
 
     def replicated(self, count):
         """The replica has applied the first ``count`` updates."""
@@ -481,3 +489,29 @@ def max_divergence(server_log, replica_log):
         if cur[0] is not None and cur[1] is not None:
             worst = max(worst, float(np.linalg.norm(cur[0] - cur[1])))
     return worst
+
+
+class Checkpoints:
+    """The server's model saved every ``every`` updates (None: never) to
+    ``path``: written to a file beside it, flushed to disk, renamed over
+    it, in the server's loop (the run waits, as an MPI job's checkpoint
+    does).  ``count`` and ``seconds`` say what it cost."""
+
+    def __init__(self, every, path):
+        self.every, self.path = every, path
+        self.count, self.seconds, self.next = 0, 0.0, every
+
+    def after(self, version, w, momentum):
+        if self.every is None or version < self.next:
+            return
+        t0 = now()
+        state = w if momentum is None else np.concatenate([w, momentum.h])
+        tmp = self.path + ".part"
+        with open(tmp, "wb") as f:
+            np.save(f, state)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self.count += 1
+        self.seconds += now() - t0
+        self.next = (version // self.every + 1) * self.every

@@ -48,10 +48,14 @@ class RunResult:
             (those whose bound no plan could meet), "held" (server
             commits held back at the server until the replica
             came near enough: see :class:`~.server.ReplicaGuard`),
-            "held_s" (the seconds they waited),
+            "held_s" (the seconds they waited), "lead_max", "lead_mean"
+            (the updates the server had applied and the replica not, at
+            the server's commits, as far as the replica had reported),
             "max_divergence" (the largest ||w_server - w_replica|| during
             the run, with ``record_models``; else None)} or None.
         wall: seconds the run took.
+        checkpoints: {"count", "seconds"} the server's checkpoints
+            (``checkpoint_every``) took.
         comm: MLfabric-S only: seconds per iteration from planning (all
             updates ready) to the last apply.
     """
@@ -210,6 +214,9 @@ def _result(server, everyone, roles, cfg, wall):
                    "delayed": server.delayed, "unmet": server.unmet,
                    "held": server.guard.held,
                    "held_s": server.guard.held_s,
+                   "lead_max": server.guard.lead_max,
+                   "lead_mean": server.guard.lead_sum /
+                   max(1, server.guard.commits),
                    "max_divergence": max_divergence(server.models.log,
                                                     rep["models"])
                    if cfg.record_models else None}
@@ -229,6 +236,8 @@ def _result(server, everyone, roles, cfg, wall):
         pulls={k: pulls[k] for k in ("server", "relayed", "chained",
                                      "batches")},
         invariants=invariants, replica=replica, wall=wall, comm=st.comm,
+        checkpoints={"count": server.checkpoints.count,
+                     "seconds": server.checkpoints.seconds},
         mode=cfg.mode, config=cfg, failures=dict(server.failures))
 
 

@@ -56,11 +56,11 @@ no schedule can meet it, server and replica would have to commit at the
 same instant), the commit waits for the replica to reach the commit
 before it and is listed in ``Replication.unmet``.
 
-Caveat for an end-to-end server: the bound assumes the replica state at a
-version equals the server's at that version.  With momentum (gamma > 0)
-that holds when both apply the same steps; an aggregate applied as one
-momentum step makes the model depend on how updates were grouped, and the
-server's and replica's groups differ.
+An end-to-end server (:mod:`partialcoll.mlfabric.runtime`) applies the
+bound's model exactly: with momentum at the server every commit carries
+two sums, so a commit is its updates applied one by one and the replica,
+whatever its grouping, holds the server's model at every version both
+reached (:mod:`partialcoll.mlfabric.runtime.optim`).
 """
 import numpy as np
 
