@@ -65,8 +65,9 @@ def test_same_round_same_result_and_consistent_counts(name, cls, kw):
     ar.close()
 
 
-def test_quorum_never_starts_with_fewer_than_k():
-    k = max(1, (P + 1) // 2)
+@pytest.mark.parametrize("k", sorted({max(1, (P + 1) // 2), P}))
+def test_quorum_never_starts_with_fewer_than_k(k):
+    """(At P = 2 the half is 1, which any round meets: k = P bites.)"""
     ar = pc.QuorumAllreduce(np.zeros(2, np.int64), quorum=k)
     calls = skewed_calls(ar, 500, lambda: np.ones(2, np.int64), 0.001, seed=2)
     # rounds before the first rank entered flush had only real arrivals
