@@ -9,7 +9,7 @@ import pytest
 
 from partialcoll.loadbalance.plan import (assign_slices, binding,
                                           integer_shares,
-                                          distribute, equal_shares, follow,
+                                          distribute, follow,
                                           held_estimates, link_rates,
                                           nic_rates, node_throughput,
                                           node_times, optimal_shares,

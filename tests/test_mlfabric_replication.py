@@ -113,13 +113,16 @@ def test_a_server_commit_waits_for_the_replica():
 
 def test_a_large_div_max_delays_nothing():
     """Nothing waits; no replica commit completes by T_last = 0.2, so the
-    replica, idle, gets its first (u, done at 1.1) and v is punted."""
+    replica, idle, gets its whole plan (u done at 1.1, v at 2.0), carried
+    in flight to the next batch."""
     net, u, v, groups = two_updates()
-    rep = replicate(groups, [], net, 1, [], DivergenceTracker(0.0),
-                    div_max=10.0, start=0.0)
+    tracker = DivergenceTracker(0.0)
+    rep = replicate(groups, [], net, 1, [], tracker, div_max=10.0, start=0.0)
     assert rep.delayed == 0 and groups[1].end == pytest.approx(0.2)
-    assert [[g.uid for g in grp.members] for grp in rep.groups] == [["u"]]
-    assert [g.uid for g in rep.punted] == ["v"]
+    assert [[g.uid for g in grp.members] for grp in rep.groups] == \
+        [["u"], ["v"]]
+    assert rep.punted == [] and rep.inflight == rep.groups
+    assert tracker.lead == [1.0, 1.0]     # neither has ended by T_last
 
 
 def test_a_replica_slower_than_a_batch_still_follows():
@@ -132,14 +135,18 @@ def test_a_replica_slower_than_a_batch_still_follows():
     sched = Scheduler(0, [2], LinkMonitor(out, inn, lag=0.0), tau_max=50,
                       aggregators=0, replica=1, replica_aggregators=0,
                       interval=0.1)
-    replicated = []
+    replicated, ends = [], []
     for i in range(40):
         plan = sched.plan(i * 0.1, [Update(i, 2, 1.0, sched.version,
                                            norm=1.0)])
         replicated += [g.uid for grp in plan.replication.groups
                        for g in grp.members]
+        ends += [grp.end for grp in plan.replication.groups]
     assert replicated == list(range(len(replicated)))     # in order
-    assert 3 <= len(replicated) <= 5      # about one per second of link
+    assert len(replicated) >= 10
+    assert ends == sorted(ends)
+    # one update a second on the replica's link: the plan keeps pace
+    assert ends[-1] == pytest.approx(len(ends), abs=1.0)
 
 
 def test_a_div_max_no_schedule_can_meet_is_reported():

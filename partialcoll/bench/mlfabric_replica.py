@@ -47,9 +47,13 @@ def add_args(p):
                    default="2,5,10,20,50,inf",
                    help="Div_max values for the replica (a norm of the "
                    "model's difference; 'inf': no bound)")
-    p.add_argument("--checkpoint-every", type=listed(whole(1)),
+    p.add_argument("--checkpoint-every", type=listed(whole(1), empty=True),
                    default="1,10,100",
-                   help="checkpoint periods, in updates applied")
+                   help="checkpoint periods, in updates applied ('': none)")
+    p.add_argument("--replica-in-rate", type=real(0, True), default=None,
+                   help="bytes/s of the replica's incoming NIC, fixed "
+                   "(default: it follows the trace as the workers' do); "
+                   "a slow one starves the replica")
     p.add_argument("--checkpoint-dir", default=None,
                    help="where the server writes its checkpoint (default: "
                    "a temporary directory, removed after the run)")
@@ -94,7 +98,8 @@ def configurations(args):
     out += [(f"replica {d:g}", {"div_max": d})
             for d in (float(x) for x in args.div_max.split(","))]
     out += [(f"checkpoint {k}", {"checkpoint_every": k})
-            for k in (int(x) for x in args.checkpoint_every.split(","))]
+            for k in (int(x) for x in args.checkpoint_every.split(",")
+                      if x.strip())]
     return out
 
 
@@ -129,11 +134,17 @@ def run(args, comm=MPI.COMM_WORLD):
          legend=[f"{args.stragglers}-{args.network}, base rate "
                  f"{args.base_rate:g} B/s, server NICs {args.server_nic}; "
                  f"momentum {args.momentum} at the server, lr {args.lr}, "
-                 f"tau_max {args.tau_max}; {args.duration} s each",
+                 f"tau_max {args.tau_max}; {args.duration} s each"
+                 + ("" if args.replica_in_rate is None else
+                    f"; the replica's incoming NIC at "
+                    f"{args.replica_in_rate:g} B/s"),
                  "reduction: bytes every update sent on its own would take "
                  "/ bytes sent to the replica (the paper's Figure 9)",
                  "lead: updates the server had applied and the replica "
-                 "not, at the server's commits"])
+                 "not, at the server's commits",
+                 "over: commits applied over Div_max because they alone "
+                 "move the model further (the replica had everything "
+                 "before them)"])
     if args.plot and comm.rank == 0:
         _plot(rows, args.plot)
     return rows
@@ -159,7 +170,18 @@ def _one(args, label, settings, folder, comm):
     # configuration has the same workers
     last = comm.rank == comm.size - 1
     sub = comm if replica else comm.Split(MPI.UNDEFINED if last else 0)
-    pc.network.enable(_network(args, args.network, args.seed))
+    net = _network(args, args.network, args.seed)
+    if args.replica_in_rate is not None:
+        replica_rank = comm.size - 1
+        net.setdefault("rank", {})[str(replica_rank)] = {
+            "in_rate": args.replica_in_rate}
+        for trace in net.get("trace", []):
+            if trace["ranks"] == "all":
+                trace["ranks"] = list(range(replica_rank))
+            else:
+                trace["ranks"] = [r for r in trace["ranks"]
+                                  if r != replica_rank]
+    pc.network.enable(net)
     try:
         res = None
         if sub != MPI.COMM_NULL:
@@ -187,6 +209,7 @@ def _one(args, label, settings, folder, comm):
                    lead_max=rep["lead_max"],
                    lead_mean=round(rep["lead_mean"], 1),
                    held=rep["held"], held_s=round(rep["held_s"], 2),
+                   over=rep["unmeetable"],
                    delayed=rep["delayed"],
                    max_div=round(rep["max_divergence"], 3)
                    if rep.get("max_divergence") is not None else math.nan)
@@ -194,6 +217,7 @@ def _one(args, label, settings, folder, comm):
         row.update(replica_MB=math.nan, alone_MB=math.nan,
                    reduction=math.nan, lead_max=math.nan,
                    lead_mean=math.nan, held=math.nan, held_s=math.nan,
+                   over=math.nan,
                    delayed=math.nan, max_div=math.nan)
     ck = res.checkpoints
     row.update(checkpoints=ck["count"],

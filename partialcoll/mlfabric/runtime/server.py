@@ -426,16 +426,23 @@ class ReplicaGuard:
         self.div_max, self.replica, self.reported = float(div_max), 0, 0
         self.server = 0
         self.held, self.held_s, self._since = 0, 0.0, None
+        self.unmeetable = 0
         self.lead_max, self.lead_sum, self.commits = 0, 0, 0
 
     def allow(self, members):
         """May the server apply a commit of ``members`` now?  Counts the
-        commits held back (``held``) and the seconds they waited
-        (``held_s``)."""
+        commits held back (``held``), the seconds they waited
+        (``held_s``), and the commits applied over Div_max because they
+        alone move the model further (``unmeetable``: the replica had
+        everything before them)."""
         t = self.tracker
-        ok = self.div_max == math.inf or not t.lead or divergence_bound(
-            t.h, t.lead + [g.norm for g in members], t.gamma) <= \
-            self.div_max
+        if self.div_max == math.inf:
+            return True
+        bound = divergence_bound(t.h, t.lead + [g.norm for g in members],
+                                 t.gamma)
+        ok = not t.lead or bound <= self.div_max
+        if ok and bound > self.div_max:   # the commit alone is too far
+            self.unmeetable += 1
         if not ok and self._since is None:
             self.held, self._since = self.held + 1, now()
         elif ok and self._since is not None:

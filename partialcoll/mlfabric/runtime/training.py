@@ -48,7 +48,10 @@ class RunResult:
             (those whose bound no plan could meet), "held" (server
             commits held back at the server until the replica
             came near enough: see :class:`~.server.ReplicaGuard`),
-            "held_s" (the seconds they waited), "lead_max", "lead_mean"
+            "held_s" (the seconds they waited), "unmeetable" (commits
+            applied over Div_max because they alone move the model
+            further, once the replica had everything before them),
+            "lead_max", "lead_mean"
             (the updates the server had applied and the replica not, at
             the server's commits, as far as the replica had reported),
             "max_divergence" (the largest ||w_server - w_replica|| during
@@ -214,6 +217,7 @@ def _result(server, everyone, roles, cfg, wall):
                    "delayed": server.delayed, "unmet": server.unmet,
                    "held": server.guard.held,
                    "held_s": server.guard.held_s,
+                   "unmeetable": server.guard.unmeetable,
                    "lead_max": server.guard.lead_max,
                    "lead_mean": server.guard.lead_sum /
                    max(1, server.guard.commits),
