@@ -42,9 +42,9 @@ class Op:
     after: ops (indices into the same program) it waits for.
     commit: the commit's index at its destination (apply).
     stream: "server" or "replica" (whose commits it serves).
-    weight: with server momentum (:mod:`.optim`), the weight of an own
-        update's second half, gamma^(m-j), on its send or local sum;
-        None otherwise.
+    weight: gamma^(m-j), the weight of an own update's second half on its
+    send or local sum, with the server's momentum (None otherwise; see
+    :mod:`partialcoll.mlfabric.runtime.optim`).
     """
 
     __slots__ = ("kind", "peer", "tag", "what", "size", "start", "priority",
@@ -90,8 +90,9 @@ def programs(plan, server, replica=None, tags=None, gamma=None):
     ``tags``: an iterator of fresh tags (default 0, 1, ...); the caller
     keeps them unique among messages in flight (the tag budget).
     ``gamma``: the server's momentum when commits carry two sums
-    (:mod:`.optim`): each own update's send or local sum gets its weight
-    gamma^(m-j); None: one sum, no weights."""
+    (:mod:`partialcoll.mlfabric.runtime.optim`): each own update's send
+    or local sum gets its weight gamma^(m-j); None: one sum, no
+    weights."""
     tags = iter(tags) if tags is not None else itertools.count()
     progs = {}
 

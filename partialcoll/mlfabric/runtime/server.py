@@ -1,5 +1,5 @@
 """The server rank (with the scheduler) and the replica rank of the
-end-to-end parameter server (design: :mod:`.roles`).
+end-to-end parameter server (design: ``partialcoll.mlfabric.runtime.roles``).
 
 Server loop, each pass::
 
@@ -410,7 +410,8 @@ class Replica:
 class ReplicaGuard:
     """Div_max enforced where the models live: the server applies a commit
     only once the replica has applied enough of the server's order that
-    the Eq. 11 bound (:mod:`..scheduler.replication`) after the commit
+    the Eq. 11 bound
+    (:mod:`partialcoll.mlfabric.scheduler.replication`) after the commit
     is at most Div_max, or, when no replica progress could bring it under
     (one commit alone moves the model further), once the replica has
     everything the server applied before it.
