@@ -235,7 +235,7 @@ def _plot(rows, path):
     import matplotlib.pyplot as plt
     reps = [r for r in rows if r["config"].startswith("replica")]
     cks = [r for r in rows if r["config"].startswith("checkpoint")]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.5))
     xs = [r["config"].split()[1] for r in reps]
     a.plot(xs, [r["reduction"] for r in reps], "o-")
     a.set_xlabel("Div_max")
@@ -245,8 +245,8 @@ def _plot(rows, path):
     b.plot([int(r["config"].split()[1]) / 2 for r in cks],
            [r["overhead_pct"] for r in cks], "s--", label="checkpoint")
     b.set_xscale("symlog")
-    b.set_xlabel("updates exposed to a server failure (replica: mean lead; "
-                 "checkpoint: K / 2)")
+    b.set_xlabel("updates a server failure loses\n(replica: mean lead; "
+                 "checkpoint every K: K / 2)")
     b.set_ylabel("throughput overhead (%)")
     b.legend()
     save_plot(fig, path)
