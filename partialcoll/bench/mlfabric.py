@@ -110,21 +110,7 @@ def add_args(p):
                    "per batch, the distributors pass it on) or 'earliest' "
                    "(each copy from the server or a distributor, whichever "
                    "would finish it first)")
-    p.add_argument("--lr", type=real(0, True), default=5.0)
-    p.add_argument("--momentum", type=real(0), default=0.5)
-    p.add_argument("--momentum-at", choices=("worker", "server"),
-                   default="worker",
-                   help="where the parameter-server schemes keep momentum: "
-                   "'worker' (default: each worker's history, the model's "
-                   "size on the wire) or 'server' (the paper's Eq. 2; "
-                   "MLfabric's messages carry two sums, twice the size); "
-                   "the synchronous schemes keep it on every worker")
-    p.add_argument("--sync-lr", choices=("scaled", "same"), default="scaled",
-                   help="the synchronous schemes' learning rate: 'scaled' "
-                   "(default) lr x N on their mean of N updates, the same "
-                   "step per update as the parameter server, which applies "
-                   "every update at lr; 'same': lr on the mean (N times "
-                   "smaller steps per update)")
+    add_optimizer_args(p)
     p.add_argument("--blas-threads", type=auto_or_count, default="auto",
                    help="BLAS threads per rank: 'auto' (default) shares the "
                    "host's cores among its ranks; 0 leaves NumPy's BLAS "
@@ -148,6 +134,25 @@ def add_args(p):
                    "other targets after the run")
 
 
+def add_optimizer_args(p):
+    """The step's options: --lr, --momentum, --momentum-at, --sync-lr."""
+    p.add_argument("--lr", type=real(0, True), default=5.0)
+    p.add_argument("--momentum", type=real(0), default=0.5)
+    p.add_argument("--momentum-at", choices=("worker", "server"),
+                   default="worker",
+                   help="where the parameter-server schemes keep momentum: "
+                   "'worker' (default: each worker's history, the model's "
+                   "size on the wire) or 'server' (the paper's Eq. 2; "
+                   "MLfabric's messages carry two sums, twice the size); "
+                   "the synchronous schemes keep it on every worker")
+    p.add_argument("--sync-lr", choices=("scaled", "same"), default="scaled",
+                   help="the synchronous schemes' learning rate: 'scaled' "
+                   "(default) lr x N on their mean of N updates, the same "
+                   "step per update as the parameter server, which applies "
+                   "every update at lr; 'same': lr on the mean (N times "
+                   "smaller steps per update)")
+
+
 def _quick(args):
     if args.quick:
         for k, v in QUICK.items():
@@ -155,7 +160,7 @@ def _quick(args):
     return args
 
 
-def _network(args, name, seed):
+def network_config(args, name, seed):
     """The emulated network of one configuration.  ``--server-nic
     varied``: every NIC's rate follows the trace.  ``fixed``: the server's
     (rank 0's) NICs keep the top rate, max(FACTORS) x the base rate, and
@@ -183,7 +188,7 @@ def _network(args, name, seed):
 def _one(args, scheme, stragglers, seed, comm):
     """Run one scheme; returns {"losses", "drops", "max_delay", ...};
     the parameter-server schemes' also {"drop_reasons", "notified"}."""
-    model = _model(args, seed)
+    model = make_model(args, seed)
     sync = scheme in ("ring", "tree", "mlfabric-ar")
     opt = SGD(_lr(args, scheme, comm.size - 1), args.momentum,
               at="worker" if sync else args.momentum_at)
@@ -229,13 +234,13 @@ def _one(args, scheme, stragglers, seed, comm):
             "relayed": res.pulls["relayed"]}
 
 
-def _model(args, seed):
+def make_model(args, seed):
     if args.model == "mlp":
         return TanhMLP(args.features, args.classes, args.hidden, seed=seed)
     return SoftmaxRegression(args.features, args.classes, seed=seed)
 
 
-def _update_bytes(args):
+def update_bytes(args):
     f, c, h = args.features, args.classes, args.hidden
     return 8 * (f * h + h * c if args.model == "mlp" else f * c)
 
@@ -311,7 +316,7 @@ def run(args, comm=MPI.COMM_WORLD):
     shape = args.distribution
     emit(rows, list(rows[0]) if rows else [], args,
          f"MLfabric comparison: P = {comm.size} ({comm.size - 1} workers), "
-         f"{args.model}, {_update_bytes(args)} B updates", comm,
+         f"{args.model}, {update_bytes(args)} B updates", comm,
          legend=[f"base rate {args.base_rate:g} B/s redrawn every "
                  f"{args.every} s{server}; compute {args.compute} s; "
                  f"{args.duration} s per scheme",
@@ -344,7 +349,7 @@ def _save_curves(curves, path):
 def _configuration(args, cname, nname, seed, comm):
     got = {}
     for scheme in args.schemes.split(","):
-        pc.network.enable(_network(args, nname, seed))
+        pc.network.enable(network_config(args, nname, seed))
         try:
             got[scheme] = _one(args, scheme, STRAGGLERS[cname], seed, comm)
         finally:

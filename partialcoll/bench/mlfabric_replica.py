@@ -36,8 +36,8 @@ import partialcoll as pc
 from ..mlfabric import SGD, train
 from ._common import (auto_or_count, cli, emit, limit_blas, listed, real,
                       save_plot, whole, writable)
-from .mlfabric import (NETWORKS, STRAGGLERS, _model, _network,
-                       _update_bytes)
+from .mlfabric import (NETWORKS, STRAGGLERS, make_model, network_config,
+                       update_bytes)
 
 
 def add_args(p):
@@ -126,7 +126,7 @@ def run(args, comm=MPI.COMM_WORLD):
     for r in rows:
         r["overhead_pct"] = round(100 * (1 - r["updates_per_s"] / base), 1) \
             if base else math.nan
-    size = _update_bytes(args)
+    size = update_bytes(args)
     emit(rows, list(rows[0]), args,
          f"MLfabric replication against checkpointing: P = {comm.size}, "
          f"{args.model}, {size} B updates ({2 * size} B messages with "
@@ -151,7 +151,7 @@ def run(args, comm=MPI.COMM_WORLD):
 
 
 def _one(args, label, settings, folder, comm):
-    model = _model(args, args.seed)
+    model = make_model(args, args.seed)
     replica = "div_max" in settings
     kw = dict(mode="mlfabric", tau_max=args.tau_max,
               aggregators=args.aggregators, batch_interval=args.interval,
@@ -170,7 +170,7 @@ def _one(args, label, settings, folder, comm):
     # configuration has the same workers
     last = comm.rank == comm.size - 1
     sub = comm if replica else comm.Split(MPI.UNDEFINED if last else 0)
-    net = _network(args, args.network, args.seed)
+    net = network_config(args, args.network, args.seed)
     if args.replica_in_rate is not None:
         replica_rank = comm.size - 1
         net.setdefault("rank", {})[str(replica_rank)] = {
@@ -202,7 +202,7 @@ def _one(args, label, settings, folder, comm):
     if replica:
         r = comm.size - 1
         sent = sum(v for (_, dst), v in res.bytes.items() if dst == r)
-        alone = rep["applied"] * 2 * _update_bytes(args)
+        alone = rep["applied"] * 2 * update_bytes(args)
         row.update(replica_MB=round(sent / 1e6, 1),
                    alone_MB=round(alone / 1e6, 1),
                    reduction=round(alone / sent, 2) if sent else math.nan,
