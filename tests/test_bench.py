@@ -384,7 +384,7 @@ def test_mlfabric_benchmark_server_nic_fixed():
     for mode in ("fixed", "varied"):
         args = args_for(mlfabric, ["--server-nic", mode, "--every", "1",
                                    "--base-rate", "1e6"])
-        pc.network.enable(mlfabric._network(args, "N3", 0))
+        pc.network.enable(mlfabric.network_config(args, "N3", 0))
         try:
             _, t0 = pc.network.nic_rate(0)
             times = [t0 + k + 0.5 for k in range(40)]
@@ -473,9 +473,9 @@ def test_mlfabric_benchmark_mlp_model():
     args = args_for(mlfabric, ["--quick", "--model", "mlp", "--hidden", "8",
                                "--lr", "1", "--schemes", "async,ring"])
     rows = mlfabric.run(args)
-    model = mlfabric._model(args, 0)
+    model = mlfabric.make_model(args, 0)
     assert isinstance(model, TanhMLP)
-    assert mlfabric._update_bytes(args) == 8 * model.params.size
+    assert mlfabric.update_bytes(args) == 8 * model.params.size
     if MPI.COMM_WORLD.rank == 0:
         start = model.loss(model.params)
         assert [r["scheme"] for r in rows] == ["async", "ring"]
