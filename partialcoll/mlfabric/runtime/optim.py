@@ -127,11 +127,7 @@ class ServerMomentum:
             s = v = buf
         else:
             s, v = buf[:n], buf[n:]
-        if g == 0:
-            self.h = np.array(s, dtype=np.float64)
-            params -= self.lr * s
-            return
-        a = g * (1 - g ** members) / (1 - g)
+        a = g * (1 - g ** members) / (1 - g)     # 0 when gamma is 0
         step = a * self.h + (s - g * v) / (1 - g)
         self.h *= g ** members
         self.h += v
