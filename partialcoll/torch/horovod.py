@@ -124,8 +124,8 @@ def init_process_group(backend: str = "gloo", comm: MPI.Comm | None = None,
                        ) -> torch.distributed.ProcessGroup | None:
     """Set up ``torch.distributed``'s default process group over the ranks
     of ``comm`` (default ``MPI.COMM_WORLD``), with no launcher of torch's:
-    rank 0 picks the rendezvous address and a free port and sends them to
-    the others over MPI.  Collective.  For the DDP communication hook
+    rank 0 starts the rendezvous store on a port the system picks and
+    sends its address and port to the others over MPI.  Collective.  For the DDP communication hook
     (:class:`EagerHook`), which needs a process group although its
     gradients travel over MPI.
 
@@ -150,20 +150,25 @@ def init_process_group(backend: str = "gloo", comm: MPI.Comm | None = None,
                                 f"seconds or a timedelta, not {timeout!r}")
         timeout = datetime.timedelta(seconds=timeout)
     hosts = comm.allgather(MPI.Get_processor_name())
-    where = None
+    kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+    where, store = None, None
     if comm.rank == 0:
         addr = os.environ.get("MASTER_ADDR") or \
             ("127.0.0.1" if len(set(hosts)) == 1 else socket.getfqdn())
-        with socket.socket() as s:      # a free port (closed again: the
-            s.bind(("", 0))             # backend binds it a moment later)
-            where = (addr, s.getsockname()[1])
+        # the store listens on a port the system picks and keeps it: a
+        # port found free and closed again could be taken (another rank's
+        # network module, another job) before the store bound it
+        store = dist.TCPStore(addr, 0, comm.size, True,
+                              wait_for_workers=False, **kwargs)
+        where = (addr, store.port)
     addr, port = comm.bcast(where, root=0)
+    if store is None:
+        store = dist.TCPStore(addr, port, comm.size, False, **kwargs)
     # every rank has the address before anyone blocks outside MPI: a
     # network module may move the broadcast only while rank 0 calls MPI
     # (OFI's TCP provider does), and rank 0 is about to wait in
     # torch.distributed for the others to connect
     comm.Barrier()
-    kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-    dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}",
-                            rank=comm.rank, world_size=comm.size, **kwargs)
+    dist.init_process_group(backend, store=store, rank=comm.rank,
+                            world_size=comm.size, **kwargs)
     return dist.group.WORLD
