@@ -105,7 +105,11 @@ def test_aware_plan_follows_a_changed_rate_within_one_call():
             y = x0.copy()
             lb(y)
             assert np.allclose(y, (P - 1) / 2)
-            assert lb.rates["S"][1] == pytest.approx(2e6, rel=0.05)
+            # one call's reading, no median over calls: on 8 ranks over 2
+            # cores it has read 1.90 to 2.00 MB/s.  What this needs is to
+            # tell the new 2 MB/s from the old 20 (the records' median,
+            # had the change not restarted them).
+            assert lb.rates["S"][1] == pytest.approx(2e6, rel=0.15)
             assert lb.shares[1] < 0.05 * n, lb.shares
             assert sum(lb.shares) == pytest.approx(n)
     finally:

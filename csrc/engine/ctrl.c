@@ -44,6 +44,7 @@ struct pc_ctrl_endpoint {
 static struct {
     endpoint *eps;             /* one per communicator in use */
     uint64_t foreign, unclaimed;
+    uint64_t posted;           /* control receives posted now */
 } ctrl;
 
 enum { BANK_MAX = 4096 };
@@ -61,7 +62,10 @@ static int ep_post(slot *sl)
     endpoint *e = sl->e;
     pc_msg m = {0, sl->buf, 4, MPI_UINT64_T, 32, sl->src, e->tag, -1,
                 e->comm, 0, sl, PC_COOKIE_CTRL, 0, 0, -1, 0};
-    return pc_wire_start(&m, &sl->handle);
+    int rc = pc_wire_start(&m, &sl->handle);
+    if (rc == MPI_SUCCESS)
+        ctrl.posted++;
+    return rc;
 }
 
 static void ep_cancel(endpoint *e)
@@ -71,6 +75,7 @@ static void ep_cancel(endpoint *e)
             pc_done d;
             pc_wire_cancel_recv(e->slots[k].handle, 0, &d);
             e->slots[k].handle = -1;
+            ctrl.posted--;
         }
 }
 
@@ -224,6 +229,7 @@ void pc_ctrl_arrived(slot *sl, const pc_done *d)
     uint64_t id = sl->buf[0], round = sl->buf[1];
     int tag = (int)sl->buf[2];
     sl->handle = -1;
+    ctrl.posted--;
     if (d->mpi_error == MPI_SUCCESS && d->bytes == 32 &&
         !route(e, id, round, sl->src, tag)) {
         int known = 0;
@@ -260,10 +266,11 @@ repost:
     }
 }
 
-void pc_ctrl_stats(uint64_t *foreign, uint64_t *unclaimed)
+void pc_ctrl_stats(uint64_t *foreign, uint64_t *unclaimed, uint64_t *posted)
 {
     *foreign = ctrl.foreign;
     *unclaimed = ctrl.unclaimed;
+    *posted = ctrl.posted;
 }
 
 void pc_ctrl_shutdown(void)

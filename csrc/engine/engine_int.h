@@ -137,7 +137,7 @@ void pc_ctrl_unregister(pc_sched *s);
 struct pc_ctrl_endpoint;                /* one per communicator */
 struct pc_ctrl_slot;                    /* its receive from one rank */
 void pc_ctrl_arrived(struct pc_ctrl_slot *sl, const pc_done *d);
-void pc_ctrl_stats(uint64_t *foreign, uint64_t *unclaimed);
+void pc_ctrl_stats(uint64_t *foreign, uint64_t *unclaimed, uint64_t *posted);
 void pc_ctrl_shutdown(void);
 
 /* ---- timers.c */

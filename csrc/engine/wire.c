@@ -413,12 +413,12 @@ void pc_wire_shutdown(void)
 
 void pc_wire_stats(uint64_t *v, int n)
 {
-    uint64_t foreign, unclaimed;
-    pc_ctrl_stats(&foreign, &unclaimed);
-    uint64_t all[6] = {foreign, unclaimed, (uint64_t)wire.nhot,
+    uint64_t foreign, unclaimed, posted;
+    pc_ctrl_stats(&foreign, &unclaimed, &posted);
+    uint64_t all[7] = {foreign, unclaimed, (uint64_t)wire.nhot,
                        (uint64_t)wire.nsends,
                        (uint64_t)(wire.tp ? wire.tp->outstanding(wire.tp) : 0),
-                       (uint64_t)wire.cap};
-    for (int k = 0; k < n && k < 6; k++)
+                       (uint64_t)wire.cap, posted};
+    for (int k = 0; k < n && k < 7; k++)
         v[k] = all[k];
 }

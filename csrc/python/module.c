@@ -157,15 +157,16 @@ static PyObject *mod_engine_stats(PyObject *m, PyObject *unused)
 {
     (void)m;
     (void)unused;
-    uint64_t v[6] = {0};
-    pc_engine_stats(v, 6);
-    return Py_BuildValue("{sKsKsKsKsKsK}", "foreign",
+    uint64_t v[7] = {0};
+    pc_engine_stats(v, 7);
+    return Py_BuildValue("{sKsKsKsKsKsKsK}", "foreign",
                          (unsigned long long)v[0], "unclaimed",
                          (unsigned long long)v[1], "hot",
                          (unsigned long long)v[2], "sends_left",
                          (unsigned long long)v[3], "outstanding",
                          (unsigned long long)v[4], "send_cap",
-                         (unsigned long long)v[5]);
+                         (unsigned long long)v[5], "control_receives",
+                         (unsigned long long)v[6]);
 }
 
 static PyObject *mod_timeline_enable(PyObject *m, PyObject *args)

@@ -43,8 +43,9 @@ def engine_stats() -> dict[str, int]:
     """Counters of the progress engine: ``outstanding`` messages (of every
     kind: idle persistent schedules add none, one control receive per
     peer rank and communicator serves them), ``hot`` (round-bound ones),
-    ``sends_left``, ``unclaimed``/``foreign`` stamped messages, and
-    ``send_cap``."""
+    ``sends_left``, ``unclaimed``/``foreign`` stamped messages,
+    ``send_cap``, and ``control_receives`` (those control receives, of
+    the communicators in use)."""
     return _core.engine_stats()
 
 
