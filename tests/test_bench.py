@@ -9,7 +9,8 @@ import tempfile
 import pytest
 from mpi4py import MPI
 
-from partialcoll.bench import (aware, hyperplane, latency, lstm, netcal,
+from partialcoll.bench import (aware, breakdown, hyperplane, latency, lstm,
+                               netcal,
                                overhead, overlap, rps, rps_colocated,
                                rps_model, sweep)
 
@@ -60,6 +61,33 @@ def test_latency_skew_sweep(rank_tmp):
     if MPI.COMM_WORLD.rank == 0:
         pytest.importorskip("matplotlib")
         assert png.exists()
+
+
+def test_round_breakdown_adds_up():
+    """The stages of a round, from its call to its return: none negative,
+    the exchange and the bookkeeping take time, and a round at two or more
+    ranks sends activation and exchange messages."""
+    rows = breakdown.run(args_for(breakdown, ["--iters", "20", "--warmup",
+                                              "3"]))
+    P = MPI.COMM_WORLD.size
+    byname = {r["impl"]: r for r in rows}
+    assert set(byname) == {"MPI_Allreduce", "allreduce", "solo", "majority",
+                           f"quorum(k={max(1, P // 2)})"}
+    for name, r in byname.items():
+        assert r["untraced_us"] > 0, r
+        if name in ("MPI_Allreduce", "allreduce"):
+            continue
+        # each stage clipped to the call (an activation heard before it
+        # began counts from the call on): none negative, the exchange and
+        # the locked ops take time
+        stages = {s: r[f"{s}_us"] for s in breakdown.STAGES}
+        assert all(v >= 0 for v in stages.values()), r
+        assert stages["exchange"] > 0 and stages["accounting"] > 0, r
+        assert r["ops"] >= 20, r       # the locked bookkeeping alone
+        assert 0 <= r["on_caller"] <= r["ops"], r
+        if P > 1:
+            assert r["x_msgs"] >= 2, r
+            assert r["act_msgs"] > 0, r   # majority: the initiator's
 
 
 def test_device_benchmarks_run_on_the_emulated_device(rank_tmp):

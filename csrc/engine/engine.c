@@ -150,6 +150,16 @@ void pc_engine_notify(pc_sched *s)
     pthread_mutex_unlock(&pc_engine.mtx);
 }
 
+/* The inbox without a wake-up: whoever sweeps next takes it (a caller about
+ * to wait; else the thread's timed sleep ends, or a driver leaving wakes
+ * it: hand_back looks at the inbox). */
+void pc_engine_enqueue(pc_sched *s)
+{
+    pthread_mutex_lock(&pc_engine.mtx);
+    inbox_push(s);
+    pthread_mutex_unlock(&pc_engine.mtx);
+}
+
 static void take_inbox(void)             /* prog held */
 {
     pthread_mutex_lock(&pc_engine.mtx);
@@ -286,9 +296,13 @@ double pc_engine_pause_us(long idle)
     return us < until ? us : until;
 }
 
+/* set on the progress thread: timeline events say which thread ran them */
+static _Thread_local int on_progress_thread;
+
 static void *progress_main(void *arg)
 {
     (void)arg;
+    on_progress_thread = 1;
     long idle = 0;
     pthread_mutex_lock(&pc_engine.mtx);
     while (!pc_engine.shutdown) {
@@ -516,17 +530,17 @@ double pc_engine_thread_cputime(void)
 void pc_tl_op(int what, const pc_sched *s, int op, int outcome)
 {
     pc_tl_event e = {pc_now(), s->serial, s->round, 0, op, what, -1, -1,
-                     -1, 0, outcome, 0};
+                     -1, 0, outcome, on_progress_thread ? 0 : PC_TL_CALLER};
     if (op >= 0) {
         const pc_op *o = &s->ops[op];
         e.kind = o->kind;
         e.prio = o->prio;
+        e.flags |= o->flags;
         if (o->kind == PC_SEND || o->kind == PC_RECV) {
             e.peer = o->wpeer;
             e.tag = o->tag;
             e.bytes = (o->flags & PC_F_STAMPED)
                           ? 32 : o->count * pc_dtypes[o->dtype].size;
-            e.flags = o->flags;
         }
     }
     pc_tl_record(&e);

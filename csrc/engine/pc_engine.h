@@ -16,7 +16,9 @@
 /* ---- a schedule's rounds (engine.c, wait.c) */
 /* wake = 0: the caller drives progress itself next (a blocking call) */
 int pc_engine_post(pc_sched *s, int wake);
-int pc_engine_fire(pc_sched *s, int op, int64_t round);
+/* wake 0: the caller waits for the round right away and drives it on its
+ * own thread, so the progress thread is not woken for it */
+int pc_engine_fire(pc_sched *s, int op, int64_t round, int wake);
 /* until `upto` rounds of s completed; the caller holds a reference */
 int pc_engine_wait(pc_sched *s, uint64_t upto, double timeout);
 int pc_engine_wait_gate(pc_sched *s, double timeout, int *op,
@@ -24,6 +26,7 @@ int pc_engine_wait_gate(pc_sched *s, double timeout, int *op,
 int pc_engine_open_gate(pc_sched *s, int op, uint64_t round);
 int pc_engine_busy(pc_sched *s);     /* after one sweep */
 void pc_engine_notify(pc_sched *s);  /* application-side change: visit s */
+void pc_engine_enqueue(pc_sched *s); /* the same, not waking the thread */
 void pc_engine_wake(void);
 /* 1: its sends still drain (keep the buffers until sends_left is 0) */
 int pc_engine_free(pc_sched *s);

@@ -25,7 +25,7 @@ static int push_sfire(pc_sched *s, int op, uint64_t round)
     return PC_OK;
 }
 
-int pc_engine_fire(pc_sched *s, int op, int64_t round)
+int pc_engine_fire(pc_sched *s, int op, int64_t round, int wake)
 {
     if (op < 0 || op >= s->nops || s->ops[op].kind != PC_TRIGGER)
         return PC_EINVAL;
@@ -36,7 +36,10 @@ int pc_engine_fire(pc_sched *s, int op, int64_t round)
         if (rc != PC_OK)
             return rc;
     }
-    pc_engine_notify(s);
+    if (wake)
+        pc_engine_notify(s);
+    else
+        pc_engine_enqueue(s);
     return PC_OK;
 }
 

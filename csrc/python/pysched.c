@@ -260,11 +260,12 @@ static PyObject *sched_set_reliable(SchedObject *self, PyObject *args)
 
 static PyObject *sched_fire(SchedObject *self, PyObject *args)
 {
-    int op;
+    int op, wake = 1;
     long long round = -1;
-    if (!PyArg_ParseTuple(args, "i|L", &op, &round) || pc_check_open(self))
+    if (!PyArg_ParseTuple(args, "i|Lp", &op, &round, &wake) ||
+        pc_check_open(self))
         return NULL;
-    int rc = pc_engine_fire(self->s, op, round);
+    int rc = pc_engine_fire(self->s, op, round, wake);
     if (rc != PC_OK)
         return pc_raise(rc, rc == PC_EINVAL ? "fire() needs the index of a "
                         "trigger op" : "out of memory");
@@ -385,7 +386,8 @@ static PyMethodDef sched_methods[] = {
      "set_tag_base(base)"},
     {"set_reliable", (PyCFunction)sched_set_reliable, METH_VARARGS,
      "set_reliable(flag): a lost message fails the round"},
-    {"fire", (PyCFunction)sched_fire, METH_VARARGS, "fire(op, round=-1)"},
+    {"fire", (PyCFunction)sched_fire, METH_VARARGS,
+     "fire(op, round=-1, wake=True)"},
     {"wait", (PyCFunction)pc_py_wait, METH_VARARGS, "wait(upto, timeout=-1)"},
     {"test", (PyCFunction)pc_py_test, METH_VARARGS, "test(upto) -> bool"},
     {"run", (PyCFunction)sched_run, METH_VARARGS,

@@ -12,7 +12,8 @@ import sys
 
 from ..core.failfast import abort_on_error
 from ._common import HelpFormatter, Parser, plain, versions_line
-from . import (allreduce, aware, hyperplane, latency, lstm, mlfabric,
+from . import (allreduce, aware, breakdown, hyperplane, latency, lstm,
+               mlfabric,
                mlfabric_replica, mlfabric_retarget,
                mlfabric_sched, netcal, overhead, overlap, rps, sweep, tictac,
                tictac_allreduce)
@@ -25,6 +26,8 @@ COMMANDS = {
     "latency": (latency, "the eager-SGD paper's latency experiment: "
                          "MPI_Allreduce, allreduce, majority, quorum, solo "
                          "under skew"),
+    "breakdown": (breakdown, "one partial round, stage by stage, with "
+                             "the timeline: where its time goes"),
     "sweep": (sweep, "message-size sweep of allreduce against "
                      "MPI_Allreduce"),
     "overhead": (overhead, "executor costs: per op, post-to-completion, "

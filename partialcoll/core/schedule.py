@@ -210,12 +210,17 @@ class Schedule(GraphBuilder):
             self._backend.wait_for_caller(self._stream)
         return RoundRequest(self, core.post())
 
-    def fire(self, trigger: int, round: int | None = None) -> None:
+    def fire(self, trigger: int, round: int | None = None,
+             wake: bool = True) -> None:
         """Fire a trigger op: banked when ``round`` is None, else only for
-        that round (discarded if the round is over)."""
+        that round (discarded if the round is over).  ``wake=False``: this
+        thread calls :meth:`wait` for the round right away and runs it
+        itself, so the progress thread is not woken for it (a wake-up and
+        the hand-over between the threads cost more than a small round
+        on a busy host)."""
         self._core_sched().fire(
             int(trigger), -1 if round is None else
-            whole(round, "round", 0, 2**63 - 1))
+            whole(round, "round", 0, 2**63 - 1), bool(wake))
 
     def wait(self, round: int | None = None,
              timeout: float | None = None) -> int:

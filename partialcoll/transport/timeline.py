@@ -13,7 +13,10 @@ the executor pays one branch per event site.
 Events (the C core's names): ``ready``, ``start``, ``gated`` (a send waits
 in a gate), ``released`` (handed to the wire), ``wire_start``/``wire_end``
 (bytes on the emulated wire), ``delivered``/``dropped``/``timedout``
-(receive outcomes), ``complete``, ``round``.  Times are the executor's clock
+(receive outcomes), ``complete``, ``round``.  An op's event says
+whether an application thread ran it (``on_caller``: a caller driving
+progress while it waits, or firing a trigger) rather than the progress
+thread.  Times are the executor's clock
 (:func:`partialcoll.now`), shared by the processes of a host; a merged
 trace puts every rank's on the clock of ``comm``'s rank 0, with the
 offsets estimated by :mod:`partialcoll.core.clock` (their error bounds
@@ -104,7 +107,8 @@ def _decode(row, rank=None):
          "tag": int(row["tag"]), "bytes": int(row["bytes"]),
          "prio": int(row["prio"]),
          "kind": KIND_NAMES[row["kind"]] if row["kind"] >= 0 else None,
-         "outcome": _OUTCOMES.get(int(row["outcome"]), "none")}
+         "outcome": _OUTCOMES.get(int(row["outcome"]), "none"),
+         "on_caller": bool(int(row["flags"]) & _C["TL_CALLER"])}
     if rank is not None:
         d["rank"] = rank
     return d

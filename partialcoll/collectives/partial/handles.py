@@ -146,7 +146,9 @@ class PartialAllreduce:
         """Contribute ``sendbuf`` and return a :class:`PartialResult`
         whose ``data`` is of ``sendbuf``'s type (a torch tensor for a torch
         tensor) and of this object's dtype."""
-        return self.start(sendbuf).wait()
+        r = self._rounds
+        x, kind = r.take_buffer(sendbuf)
+        return _Delivering(r, r.start(x, blocking=True), kind).wait()
 
     def start(self, sendbuf: Buffer) -> Request:
         """Non-blocking form: returns a request with ``test()``/``wait()``."""

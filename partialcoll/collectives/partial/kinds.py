@@ -25,7 +25,7 @@ class MajorityRounds(Rounds):
 
     marks_bypass = True
 
-    def arrive(self, rnd, fresh, flushing):
+    def arrive(self, rnd, fresh, flushing, wake=True):
         # only the drawn initiator starts a round, with a call that waits for
         # it (fresh: the paper's initiator is active).  A call of the
         # initiator that finds finished rounds returns them and starts
@@ -36,7 +36,7 @@ class MajorityRounds(Rounds):
         # While someone flushes, a fresh caller starts its own round.
         if fresh and (flushing or
                       designated(self.seed, rnd, self.size) == self.rank):
-            self.sched.fire(self._trigger, round=rnd)
+            self.sched.fire(self._trigger, round=rnd, wake=wake)
 
     def waits_for(self, rnd):
         return (f"rank {designated(self.seed, rnd, self.size)}, drawn to "
@@ -47,12 +47,12 @@ class QuorumRounds(Rounds):
     kind = "quorum"
     marks_bypass = True
 
-    def arrive(self, rnd, fresh, flushing):
+    def arrive(self, rnd, fresh, flushing, wake=True):
         # only fresh data counts towards the quorum; while someone flushes,
         # a fresh caller's arrival starts the round on its own
         if fresh:
             self.sched.fire(self._bypass if flushing else self._trigger,
-                             round=rnd)
+                            round=rnd, wake=wake)
 
     def waits_for(self, rnd):
         return f"{self.quorum} ranks' calls (arrivals counted at rank 0)"

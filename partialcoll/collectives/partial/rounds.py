@@ -189,15 +189,17 @@ class Rounds:
                                 f"{list(self.shape)}")
         return arrays.reduced_as(x, self.given, self.dtype), data.kind
 
-    def start(self, x):
+    def start(self, x, blocking=False):
         """Contribute ``x`` (a flat array on the object's memory); returns a
-        request whose ``wait()`` gives a :class:`PartialResult`."""
+        request whose ``wait()`` gives a :class:`PartialResult`.
+        ``blocking``: the caller waits at once, and runs the round it
+        starts on its own thread (the progress thread is not woken)."""
         self.check_open()
         self._calls += 1
         if self.sync_every and self._calls % self.sync_every == 0:
             return Done(self._synchronous_round(x))
         seq, waiting, rnd, fresh, flushing = self._deposit(x)
-        self.arrive(rnd, fresh, flushing)
+        self.arrive(rnd, fresh, flushing, wake=not blocking)
         if waiting:                       # finished rounds not yet observed
             return Done(self.take(seq))
         return RoundsRequest(self, self._observed, seq)
@@ -253,11 +255,12 @@ class Rounds:
             self.combine(self._pending, x, out=self._pending)
         mem.caller_waits(stream)
 
-    def arrive(self, rnd, fresh, flushing):
+    def arrive(self, rnd, fresh, flushing, wake=True):
         """Solo: a fresh caller starts round `rnd` (the first arrival
-        activates everyone).  The other kinds override it."""
+        activates everyone).  The other kinds override it.  ``wake``: see
+        :meth:`partialcoll.Schedule.fire` (a fresh call waits for `rnd`)."""
         if fresh:
-            self.sched.fire(self._trigger, round=rnd)
+            self.sched.fire(self._trigger, round=rnd, wake=wake)
 
     def flush(self):
         """Collective: a synchronous round; see the handle's docstring."""
