@@ -316,11 +316,11 @@ class Rounds:
             # could end up marked by no one (counted as a plain round)
             s.wait(round=last - 1)
         self._deposit(None, bypass=True)
-        s.fire(self._bypass, round=last)
+        s.fire(self._bypass, round=last, wake=False)    # waited for here
         s.wait(round=last)
         seq = self._deposit(x, fresh=x is not None, bypass=True)[0]
         control.arrive(ctl)
-        s.fire(self._bypass, round=last + 1)
+        s.fire(self._bypass, round=last + 1, wake=False)
         s.wait(round=last + 1)
         res = self.take(seq, sync=True)
         self._epochs += 1
