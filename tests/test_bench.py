@@ -63,7 +63,7 @@ def test_latency_skew_sweep(rank_tmp):
         assert png.exists()
 
 
-def test_round_breakdown_adds_up():
+def test_round_breakdown_stages():
     """The stages of a round, from its call to its return: none negative,
     the exchange and the bookkeeping take time, and a round at two or more
     ranks sends activation and exchange messages."""
