@@ -28,7 +28,7 @@ enum { PC_EV_READY = 1, PC_EV_START, PC_EV_COMPLETE, PC_EV_GATED,
  * events carry one. */
 /* an op event's flags: the op's own (PC_F_*), and this bit when the event
  * was recorded on an application thread (a caller driving progress while
- * it waits, or firing a trigger), not on the progress thread */
+ * it waits), not on the progress thread */
 enum { PC_TL_CALLER = 1 << 16 };
 
 enum { PC_OC_NONE = 0, PC_OC_OK = 1, PC_OC_DROPPED = 2, PC_OC_TIMEDOUT = 3,

@@ -43,14 +43,12 @@ from partialcoll import timeline
 from partialcoll.core.engine import CONSTANTS
 
 from ._common import (add_iters, add_warmup, emit, float32_bytes, one_of,
-                      parse_size, progress, writable)
+                      parse_size, progress, whole, writable)
+from .latency import make_partial
 
 KINDS = ("solo", "majority", "quorum")
 STAGES = ("before", "activation", "snapshot", "exchange", "accounting",
           "after")
-#: the locked copies and count that take a round's deposits (the partial
-#: schedule's snapshot, built right after the activation)
-SNAPSHOT_OPS = 7
 
 
 def add_args(p):
@@ -62,17 +60,10 @@ def add_args(p):
                    metavar="K,K,...",
                    help=f"partial collectives to break down (default "
                         f"{','.join(KINDS)})")
-    p.add_argument("--quorum", type=int, default=None,
+    p.add_argument("--quorum", type=whole(1), default=None,
                    help="k of the quorum allreduce (default P/2)")
     p.add_argument("--csv", type=writable)
     p.add_argument("--json", type=writable)
-
-
-def _make(kind, x, comm, k):
-    return {"solo": lambda: pc.SoloAllreduce(x, comm=comm),
-            "majority": lambda: pc.MajorityAllreduce(x, comm=comm, seed=1),
-            "quorum": lambda: pc.QuorumAllreduce(x, quorum=k, comm=comm),
-            }[kind]()
 
 
 def _median_call(call, x, iters):
@@ -122,14 +113,19 @@ def _by_round(events):
 
 def _stages(ev, t_call, t_ret):
     """One round's stage times (seconds; each clipped to the call, so
-    they add up to it) and counts on this rank."""
+    they add up to it) and counts on this rank.  The schedule is built
+    in stage order: the activation's ops, then the snapshot's locked ops,
+    the exchange's (unlocked), then the accounting's locked ops."""
     done = ev[ev["ev"] == CONSTANTS["EV_COMPLETE"]]
+    done = done[np.argsort(done["t"], kind="stable")]
     ready = ev[ev["ev"] == CONSTANTS["EV_READY"]]
     locked = (done["flags"] & CONSTANTS["F_LOCKED"]) != 0
     if not locked.any():
         return None
     first_locked = int(done["op"][locked].min())
-    snapshot = locked & (done["op"] < first_locked + SNAPSHOT_OPS)
+    after = done["op"][~locked & (done["op"] > first_locked)]
+    snapshot = locked & (done["op"] < (after.min() if after.size else
+                                       np.iinfo(np.int32).max))
     accounting = locked & ~snapshot
     activation = done["op"] < first_locked
 
@@ -159,8 +155,9 @@ def _stages(ev, t_call, t_ret):
 
 
 def _breakdown(kind, x, comm, args, k):
-    """Per-stage medians over this rank's rounds, and the untraced call."""
-    ar = _make(kind, x, comm, k)
+    """Per-stage means over this rank's rounds, the median traced call and
+    the untraced one."""
+    ar = make_partial(kind, x, comm, k)
     for _ in range(args.warmup):
         ar(x)
     untraced = []
@@ -191,7 +188,6 @@ def _breakdown(kind, x, comm, args, k):
     out = {key: float(np.mean([r[key] for r in rows])) for key in rows[0]}
     out["median"] = float(np.median([r["total"] for r in rows]))
     out["untraced"] = float(np.mean(untraced))
-    out["rounds_seen"] = float(len(rows))
     return out
 
 
@@ -215,18 +211,20 @@ def run(args, comm=MPI.COMM_WORLD):
     x = np.ones(n, np.float32)
     k = args.quorum or max(1, comm.size // 2)
     blank = {c: float("nan") for c in COLUMNS[1:]}
-    rows = [{**blank, "impl": name, "untraced_us": _across(t, comm)}
-            for name, t in _floors(x, comm, args).items()]
+    floors = comm.allgather(_floors(x, comm, args))
+    rows = [{**blank, "impl": name,
+             "untraced_us": _over(floors, name, np.median)}
+            for name in floors[0]]
     for kind in [s.strip() for s in args.kinds.split(",") if s.strip()]:
-        got = _breakdown(kind, x, comm, args, k)
+        every = comm.allgather(_breakdown(kind, x, comm, args, k))
         row = {**blank,
                "impl": f"quorum(k={k})" if kind == "quorum" else kind}
         for key in STAGES + ("total",):     # means add up
-            row[f"{key}_us"] = _across(got.get(key, np.nan), comm, np.mean)
+            row[f"{key}_us"] = _over(every, key, np.mean)
         for key in ("median", "untraced"):
-            row[f"{key}_us"] = _across(got.get(key, np.nan), comm)
+            row[f"{key}_us"] = _over(every, key, np.median)
         for key in ("ops", "act_msgs", "x_msgs", "on_caller", "switches"):
-            row[key] = _across(got.get(key, np.nan), comm, np.mean, 1.0)
+            row[key] = _over(every, key, np.mean, 1.0)
         rows.append(row)
     for row in rows:
         row["x_mpi"] = row["untraced_us"] / rows[0]["untraced_us"]
@@ -237,7 +235,8 @@ def run(args, comm=MPI.COMM_WORLD):
     return rows
 
 
-def _across(value, comm, how=np.median, scale=1e6):
-    """``how`` (median) over ranks of ``value``, times ``scale``."""
-    every = [v for v in comm.allgather(float(value)) if np.isfinite(v)]
-    return float(how(every)) * scale if every else float("nan")
+def _over(every, key, how, scale=1e6):
+    """``how`` over the ranks' dicts ``every`` of their ``key`` (where
+    finite), times ``scale``."""
+    got = [d[key] for d in every if np.isfinite(d.get(key, np.nan))]
+    return float(how(got)) * scale if got else float("nan")

@@ -89,11 +89,17 @@ def _make(impl, comm, count, k, bufs):
         if nccl is None:
             raise SystemExit(bufs.nccl_note)
         return (lambda x: nccl(x, y)), None
-    like = bufs.array(np.zeros(count, np.float32))
-    ar = {"majority": lambda: pc.MajorityAllreduce(like, comm=comm, seed=1),
-          "quorum": lambda: pc.QuorumAllreduce(like, quorum=k, comm=comm),
-          "solo": lambda: pc.SoloAllreduce(like, comm=comm)}[impl]()
+    ar = make_partial(impl, bufs.array(np.zeros(count, np.float32)), comm, k)
     return ar, ar
+
+
+def make_partial(kind, like, comm, k):
+    """The partial allreduce ``kind`` (solo, majority, quorum) over
+    ``comm``, shaped like ``like``; majority's draw seeded with 1, quorum
+    with k ranks."""
+    return {"majority": lambda: pc.MajorityAllreduce(like, comm=comm, seed=1),
+            "quorum": lambda: pc.QuorumAllreduce(like, quorum=k, comm=comm),
+            "solo": lambda: pc.SoloAllreduce(like, comm=comm)}[kind]()
 
 
 def run_one(impl, args, comm, k, bufs):

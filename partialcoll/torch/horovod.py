@@ -125,9 +125,9 @@ def init_process_group(backend: str = "gloo", comm: MPI.Comm | None = None,
     """Set up ``torch.distributed``'s default process group over the ranks
     of ``comm`` (default ``MPI.COMM_WORLD``), with no launcher of torch's:
     rank 0 starts the rendezvous store on a port the system picks and
-    sends its address and port to the others over MPI.  Collective.  For the DDP communication hook
-    (:class:`EagerHook`), which needs a process group although its
-    gradients travel over MPI.
+    sends its address and port to the others over MPI.  Collective.  For
+    the DDP communication hook (:class:`EagerHook`), which needs a process
+    group although its gradients travel over MPI.
 
     The address is ``MASTER_ADDR`` if rank 0 has it set, else 127.0.0.1
     when every rank runs on one host, else rank 0's fully qualified host

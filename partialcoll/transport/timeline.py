@@ -15,8 +15,8 @@ in a gate), ``released`` (handed to the wire), ``wire_start``/``wire_end``
 (bytes on the emulated wire), ``delivered``/``dropped``/``timedout``
 (receive outcomes), ``complete``, ``round``.  An op's event says
 whether an application thread ran it (``on_caller``: a caller driving
-progress while it waits, or firing a trigger) rather than the progress
-thread.  Times are the executor's clock
+progress while it waits) rather than the progress thread.  Times are the
+executor's clock
 (:func:`partialcoll.now`), shared by the processes of a host; a merged
 trace puts every rank's on the clock of ``comm``'s rank 0, with the
 offsets estimated by :mod:`partialcoll.core.clock` (their error bounds

@@ -146,15 +146,16 @@ class PartialAllreduce:
         """Contribute ``sendbuf`` and return a :class:`PartialResult`
         whose ``data`` is of ``sendbuf``'s type (a torch tensor for a torch
         tensor) and of this object's dtype."""
-        r = self._rounds
-        x, kind = r.take_buffer(sendbuf)
-        return _Delivering(r, r.start(x, blocking=True), kind).wait()
+        return self._start(sendbuf, blocking=True).wait()
 
     def start(self, sendbuf: Buffer) -> Request:
         """Non-blocking form: returns a request with ``test()``/``wait()``."""
+        return self._start(sendbuf, blocking=False)
+
+    def _start(self, sendbuf, blocking):
         r = self._rounds
         x, kind = r.take_buffer(sendbuf)
-        return _Delivering(r, r.start(x), kind)
+        return _Delivering(r, r.start(x, blocking=blocking), kind)
 
     def flush(self) -> PartialResult:
         """A synchronous round that every rank calls: returns everything
