@@ -19,13 +19,15 @@ from mpi4py import MPI  # noqa: F401
 
 from .core import env, logs  # noqa: E402
 from .core.errors import (ArgumentTypeError, DeviceError,  # noqa: E402
-                          Error, PartialcollError, ScheduleBusyError,
-                          ScheduleError, ScheduleFreedError,
+                          Error, PartialcollError, RankFailedError,
+                          ScheduleBusyError, ScheduleError,
+                          ScheduleFreedError, StallWarning,
                           ThreadLevelError, TransportError, WaitTimeout)
 from .core.ops import OPS as _OPS, Op, as_op  # noqa: E402
 from .core.request import Request  # noqa: E402
 from .core.schedule import ALL, ANY, Schedule, Slot  # noqa: E402
 from .core.failfast import abort_on_error  # noqa: E402
+from .core.failures import fault_tolerance  # noqa: E402
 from .core.devices import gpu_path, set_gpu_path  # noqa: E402
 from .core.engine import (engine_stats, now,  # noqa: E402
                           progress_thread_cputime, set_send_cap)
@@ -57,8 +59,10 @@ __all__ = ["Schedule", "Slot", "Request", "ALL", "ANY", "Op", "as_op",
            "BXOR", "allreduce", "iallreduce", "Compression",
            "Error", "PartialcollError", "ArgumentTypeError",
            "ScheduleError", "ScheduleBusyError", "ScheduleFreedError",
-           "ThreadLevelError", "TransportError", "WaitTimeout",
-           "progress_thread_cputime", "abort_on_error", "SoloAllreduce",
+           "ThreadLevelError", "TransportError", "RankFailedError",
+           "WaitTimeout", "StallWarning", "progress_thread_cputime",
+           "abort_on_error",
+           "fault_tolerance", "SoloAllreduce",
            "MajorityAllreduce",
            "QuorumAllreduce", "PartialAllreduce", "PartialResult",
            "solo_allreduce", "majority_allreduce", "quorum_allreduce",

@@ -191,7 +191,7 @@ SCRIPT_LOGGING = ("import logging\nlogging.basicConfig(format="
                   "'%(name)s %(levelname)s %(message)s')\n")
 
 
-def run_mpi_script(code, n=2, timeout=60, env=None):
+def run_mpi_script(code, n=2, timeout=60, env=None, launcher=()):
     """Run ``code`` under ``mpiexec -n n`` in a fresh process, with logging
     configured (:data:`SCRIPT_LOGGING`); return (returncode, stdout,
     stderr, seconds)."""
@@ -200,29 +200,52 @@ def run_mpi_script(code, n=2, timeout=60, env=None):
     with open(path, "w") as f:
         f.write(SCRIPT_LOGGING + code)
     try:
-        return run_mpi(["python", path], n, timeout, env)
+        return run_mpi(["python", path], n, timeout, env, launcher=launcher)
     finally:
         os.unlink(path)
 
 
-def run_mpi(argv, n=2, timeout=60, env=None, cwd=ROOT):
+def mpiexec():
+    """This interpreter's mpiexec (the one beside it, else the PATH's)."""
+    exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return exe if os.path.exists(exe) else "mpiexec"
+
+
+_vendor = []
+
+
+def launcher_is_open_mpi():
+    """Whether :func:`mpiexec` is Open MPI's (else MPICH's hydra)."""
+    if not _vendor:
+        out = subprocess.run([mpiexec(), "--version"], capture_output=True,
+                             text=True).stdout
+        _vendor.append("Open MPI" in out)
+    return _vendor[0]
+
+
+def run_mpi(argv, n=2, timeout=60, env=None, cwd=ROOT, launcher=()):
     """Run ``argv`` (``"python"`` stands for this interpreter) under
     ``mpiexec -n n`` with a time limit; return (returncode, stdout, stderr,
-    seconds)."""
+    seconds).  ``launcher``: more options for mpiexec.  Open MPI's is told
+    that n may exceed the cores (MPICH's allows it anyway)."""
     argv = [sys.executable if a == "python" else a for a in argv]
     e = {k: v for k, v in os.environ.items()
-         if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "MPICH_"))}
+         if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "MPICH_",
+                              "OMPI_COMM_WORLD", "PRTE_"))}
     e.update(env or {})
-    exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    if not os.path.exists(exe):
-        exe = "mpiexec"
+    opts = list(launcher)
+    if launcher_is_open_mpi():
+        opts = ["--oversubscribe"] + opts
     before = shm_segments.segments()
     t0 = time.monotonic()
-    p = subprocess.run(["timeout", str(timeout), exe, "-n", str(n)] + argv,
-                       capture_output=True, text=True, env=e, cwd=cwd)
+    p = subprocess.run(["timeout", str(timeout), mpiexec(), "-n", str(n)]
+                       + opts + argv, capture_output=True, text=True, env=e,
+                       cwd=cwd)
     secs = time.monotonic() - t0
-    if p.returncode != 0:    # a job aborted on purpose leaves its segment
-        shm_segments.clear_new(before)
+    # a job aborted on purpose leaves its segment (sometimes with status 0:
+    # hydra may report a rank's os._exit(0) as the job's); a job that ended
+    # well removed its own, and nothing else is running
+    shm_segments.clear_new(before)
     return p.returncode, p.stdout, p.stderr, secs
 
 

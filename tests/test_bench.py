@@ -66,7 +66,8 @@ def test_latency_skew_sweep(rank_tmp):
 def test_round_breakdown_stages():
     """The stages of a round, from its call to its return: none negative,
     the exchange and the bookkeeping take time, and a round at two or more
-    ranks sends activation and exchange messages."""
+    ranks sends activation and exchange messages: at a power of two, at
+    most log2 P exchange messages, the bookkeeping riding in the data's."""
     rows = breakdown.run(args_for(breakdown, ["--iters", "20", "--warmup",
                                               "3"]))
     P = MPI.COMM_WORLD.size
@@ -86,8 +87,13 @@ def test_round_breakdown_stages():
         assert r["ops"] >= 20, r       # the locked bookkeeping alone
         assert 0 <= r["on_caller"] <= r["ops"], r
         if P > 1:
-            assert r["x_msgs"] >= 2, r
+            assert r["x_msgs"] >= 1, r
             assert r["act_msgs"] > 0, r   # majority: the initiator's
+        if P & (P - 1) == 0:        # no fold: one message per step (a
+            # send still in flight when its round's timeline was read is
+            # not counted, hence at most; the bookkeeping in messages of
+            # its own would double it)
+            assert r["x_msgs"] <= P.bit_length() - 1, r
 
 
 def test_device_benchmarks_run_on_the_emulated_device(rank_tmp):

@@ -142,3 +142,33 @@ def test_majority_loop_then_barrier_does_not_hang(tmp_path, how):
                                  timeout=60)
     assert rc == 0, err
     assert f"totals {' '.join(['360'] * 3)}" in out, out     # 3 x 40 x 3
+
+
+STALLS = """
+import time, numpy as np, partialcoll as pc
+from mpi4py import MPI
+from partialcoll.collectives.partial.kinds import designated
+comm = MPI.COMM_WORLD
+x = np.ones(4)
+with pc.MajorityAllreduce(x, seed=11) as ar:
+    if comm.rank == designated(11, 0, comm.size):
+        time.sleep(1.5)           # the rank drawn to start round 0 is late
+    ar(x)
+print("done", comm.rank, flush=True)
+"""
+
+
+def test_a_long_wait_says_why_without_logging_configured(tmp_path):
+    """A program that configured no logging (the library's logger has only
+    its NullHandler) still hears of a wait that may never end: the waiting
+    rank issues one StallWarning on its console."""
+    from conftest import run_mpi
+    script = tmp_path / "stalls.py"
+    script.write_text(STALLS)
+    rc, out, err, _ = run_mpi(["python", str(script)], n=2, timeout=60,
+                              env={"PARTIALCOLL_WAIT_WARN_S": "0.3"})
+    assert rc == 0, err
+    assert out.count("done") == 2, out
+    assert err.count("StallWarning") == 1, err
+    assert "has waited 0.3 s for round 0, which waits for rank" in err, err
+    assert "pc.flush_partials(comm)" in err, err

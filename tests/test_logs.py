@@ -53,3 +53,23 @@ def test_for_this_rank_names_the_rank(caplog):
         logs.for_this_rank(log, logging.WARNING, "only here")
     assert caplog.records[0].getMessage() == \
         f"rank {logs.world_rank()}: only here"
+
+
+def test_shown_tells_a_program_handler_from_the_null_handler():
+    """A warning reaches the console through ``warnings`` only where
+    logging would not show it: a logger (and its parents) with nothing but
+    NullHandlers.  A level above WARNING is the program's choice of
+    silence, and counts as shown."""
+    top = logging.getLogger("pc_shown_test")
+    top.propagate = False           # away from the root (pytest's handlers)
+    top.addHandler(logging.NullHandler())
+    child = logging.getLogger("pc_shown_test.child")
+    try:
+        assert not logs.shown(top) and not logs.shown(child)
+        top.setLevel(logging.ERROR)
+        assert logs.shown(child)
+        top.setLevel(logging.NOTSET)
+        top.addHandler(logging.StreamHandler())
+        assert logs.shown(top) and logs.shown(child)
+    finally:
+        top.handlers.clear()

@@ -69,15 +69,15 @@ def test_order_within_a_channel(net):
             s.send(s.buffer(b, writable=False), 1, tag=k)
         elif RANK == 1:
             s.recv(s.buffer(b), 0, tag=k)
-    pc.timeline.clear()
-    pc.timeline.enable()
     s.post().wait(timeout=30)
-    evs = pc.timeline.events()
-    pc.timeline.disable()
     if RANK == 1:
-        order = [e["tag"] for e in evs
-                 if e["ev"] == "delivered" and e["sched"] == s.serial]
-        assert order == list(range(len(sizes)))
+        # the order of the emulated wire: each message's modelled arrival
+        # (its header) after the one sent before it.  The order in which MPI
+        # completes the receives is not it: MPI orders only messages of one
+        # tag, and Open MPI completes a small message sent after a large one
+        # (handed over in rendezvous) first.
+        arrive = s.outcomes().t_arrive[:len(sizes)]
+        assert (np.diff(arrive) > 0).all(), arrive
         assert all((b == k).all() for k, b in enumerate(bufs))
     s.free()
 

@@ -29,7 +29,10 @@ enum {
     PC_EFREED = 6,     /* schedule used after (or freed during) a call */
     PC_ETHREAD = 7,    /* MPI not initialised with MPI_THREAD_MULTIPLE */
     PC_EDEVICE = 8,    /* the device (CUDA) reported an error */
-    PC_NCODES = 9,
+    PC_EFAILED = 9,    /* a rank failed, or another rank revoked the
+                          communicator on finding one that had (MPI's
+                          fault-tolerance extensions) */
+    PC_NCODES = 10,
 };
 
 /* memory space of a buffer (sched/device.h explains device memory) */

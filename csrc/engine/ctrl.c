@@ -14,6 +14,7 @@
  * Per-source receives are matched by one module only. */
 #include "engine/engine_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef struct pc_ctrl_endpoint endpoint;
@@ -223,6 +224,22 @@ void pc_ctrl_unregister(pc_sched *s)
         ep_destroy(e);
 }
 
+/* every schedule listening on e is stuck: tell them (PC_EFAILED: a rank
+ * failed, so the communicator is revoked too, listeners or not) */
+static void fail_listeners(endpoint *e, int code, const char *what)
+{
+    if (code == PC_EFAILED)
+        pc_transport_revoke(e->comm);
+    for (int k = 0; k < e->nbucket; k++)
+        for (pc_sched *s = e->bucket[k]; s; s = s->ep_next) {
+            if (code == PC_EFAILED)
+                pc_round_rank_failed(s, what);
+            else
+                pc_sched_set_error(s, code, "%s", what);
+            pc_engine_queue(s);
+        }
+}
+
 void pc_ctrl_arrived(slot *sl, const pc_done *d)
 {
     endpoint *e = sl->e;
@@ -230,6 +247,16 @@ void pc_ctrl_arrived(slot *sl, const pc_done *d)
     int tag = (int)sl->buf[2];
     sl->handle = -1;
     ctrl.posted--;
+    if (pc_transport_is_failure(d->mpi_error)) {
+        /* a rank failed (or another rank revoked the communicator): no
+         * activation from it will come, and the schedules listening here
+         * could wait for one.  Not re-posted: the communicator is dead. */
+        char what[96];
+        snprintf(what, sizeof what, "the control channel's receive from "
+                 "rank %d ended", sl->src);
+        fail_listeners(e, PC_EFAILED, what);
+        return;
+    }
     if (d->mpi_error == MPI_SUCCESS && d->bytes == 32 &&
         !route(e, id, round, sl->src, tag)) {
         int known = 0;
@@ -255,15 +282,10 @@ void pc_ctrl_arrived(slot *sl, const pc_done *d)
         }
     }
 repost:
-    if (ep_post(sl) != MPI_SUCCESS) {
-        /* every schedule listening here is stuck: tell them */
-        for (int k = 0; k < e->nbucket; k++)
-            for (pc_sched *s = e->bucket[k]; s; s = s->ep_next) {
-                pc_sched_set_error(s, PC_EMPI, "re-posting the control "
-                                   "channel receive failed");
-                pc_engine_queue(s);
-            }
-    }
+    int rc = ep_post(sl);
+    if (rc != MPI_SUCCESS)
+        fail_listeners(e, pc_transport_is_failure(rc) ? PC_EFAILED : PC_EMPI,
+                       "re-posting the control channel receive failed");
 }
 
 void pc_ctrl_stats(uint64_t *foreign, uint64_t *unclaimed, uint64_t *posted)

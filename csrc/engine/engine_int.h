@@ -89,6 +89,10 @@ void pc_round_complete(pc_sched *s, int i, int oc);
 int pc_round_run_ready(pc_sched *s);
 void pc_round_deliver(pc_sched *s, int op, uint64_t round);
 void pc_round_mpi_failure(pc_sched *s, int i, const char *what, int code);
+/* A peer of s's communicator failed (or another rank revoked it): revoke
+ * it, so no survivor waits for the dead rank's messages, and fail s with
+ * PC_EFAILED, the ranks known to have failed and "... failed: what". */
+void pc_round_rank_failed(pc_sched *s, const char *what);
 
 /* inflight.c */
 int pc_round_is_device_op(pc_sched *s, pc_op *op);

@@ -107,12 +107,44 @@ void pc_round_complete(pc_sched *s, int i, int oc)
     }
 }
 
+/* "rank 3" or "ranks 1, 3" (and how many more) into buf */
+static void list_ranks(char *buf, size_t cap, const int *r, int n, int known)
+{
+    int w = snprintf(buf, cap, "rank%s", n > 1 ? "s" : "");
+    for (int k = 0; k < known && w > 0 && (size_t)w < cap; k++)
+        w += snprintf(buf + w, cap - (size_t)w, "%s %d", k ? "," : "", r[k]);
+    if (n > known && w > 0 && (size_t)w < cap)
+        snprintf(buf + w, cap - (size_t)w, " and %d more", n - known);
+}
+
+void pc_round_rank_failed(pc_sched *s, const char *what)
+{
+    int max = (int)(sizeof s->failed / sizeof s->failed[0]);
+    char who[128] = "a rank";
+    pc_transport_revoke(s->comm);
+    s->nfailed = pc_transport_failed_ranks(s->comm, s->failed, max);
+    if (s->nfailed > 0)
+        list_ranks(who, sizeof who, s->failed, s->nfailed,
+                   s->nfailed < max ? s->nfailed : max);
+    pc_sched_set_error(s, PC_EFAILED, "%s of the communicator failed: %s",
+                       who, what);
+}
+
 void pc_round_mpi_failure(pc_sched *s, int i, const char *what, int code)
 {
     char msg[MPI_MAX_ERROR_STRING] = "";
     int len = 0, cls = 0;
     pc_op *op = &s->ops[i];
     MPI_Error_string(code, msg, &len);
+    if (pc_transport_is_failure(code)) {
+        /* this round can end nowhere */
+        char detail[MPI_MAX_ERROR_STRING + 128];
+        snprintf(detail, sizeof detail, "%s (op %d: %s, peer %d) in round "
+                 "%llu: %s", what, i, pc_kind_names[op->kind], op->peer,
+                 (unsigned long long)s->round, msg);
+        pc_round_rank_failed(s, detail);
+        return;
+    }
     MPI_Error_class(code, &cls);
     if (cls == MPI_ERR_NO_MEM)
         snprintf(msg, sizeof msg, "out of memory");

@@ -245,7 +245,7 @@ static const struct { const char *name; long value; } constants[] = {
     K(D_TCLASS), K(D_ORDER), K(D_VALUE), K(D_PSLOT), K(D_POFF), K(D_REF),
     K(D_ADD), K(D_PRSLOT), K(D_PROFF),
     K(EINVAL), K(EBUSY), K(EMPI), K(ETIMEOUT), K(ENOMEM), K(EFREED),
-    K(ETHREAD), K(EDEVICE),
+    K(ETHREAD), K(EDEVICE), K(EFAILED),
     K(EV_READY), K(EV_START), K(EV_COMPLETE), K(EV_GATED), K(EV_RELEASED),
     K(EV_WIRE_START), K(EV_WIRE_END), K(EV_DELIVERED), K(EV_DROPPED),
     K(EV_TIMEDOUT), K(EV_ROUND),

@@ -39,6 +39,30 @@ PyObject *pc_raise_sched_error(pc_sched *s, int rc)
         return pc_raise(rc, "the schedule was freed while this thread was "
                             "waiting for it");
     int e = atomic_load(&s->error);
+    if (e == PC_EFAILED && exc_for_code[e]) {
+        /* RankFailedError(message, ranks) */
+        int n = s->nfailed, max = (int)(sizeof s->failed /
+                                        sizeof s->failed[0]);
+        PyObject *ranks = PyTuple_New(n < max ? n : max);
+        if (!ranks)
+            return NULL;
+        for (int k = 0; k < n && k < max; k++) {
+            PyObject *r = PyLong_FromLong(s->failed[k]);
+            if (!r) {
+                Py_DECREF(ranks);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(ranks, k, r);
+        }
+        PyObject *exc = PyObject_CallFunction(exc_for_code[e], "sO",
+                                              s->errmsg, ranks);
+        Py_DECREF(ranks);
+        if (exc) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+        return NULL;
+    }
     return pc_raise(e != PC_OK ? e : rc, e != PC_OK ? s->errmsg
                                                     : "partialcoll error");
 }

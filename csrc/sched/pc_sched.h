@@ -226,6 +226,8 @@ struct pc_sched {
     _Atomic uint64_t stale, surplus, dropped, timedout, late, swallowed;
     _Atomic int sends_left;         /* sends handed on, not yet completed */
     char errmsg[512];
+    int nfailed;                    /* PC_EFAILED: ranks known failed ... */
+    int failed[8];                  /* ... and the first of them */
     pthread_mutex_t fire_mtx;       /* protects the stamped-fire list */
     pthread_mutex_t data_mtx;       /* LOCKED ops and the application */
     _Atomic int lock_held;          /* the application holds data_mtx */

@@ -106,4 +106,19 @@ struct pc_transport {
 /* The MPI transport (one per process). */
 pc_transport *pc_transport_mpi(void);
 
+/* ---- a rank that fails (MPI's fault-tolerance extensions, ULFM: Open MPI
+ * started with --with-ft ulfm).  Without them a failure ends the job and
+ * none of this is reached. */
+
+/* 1 when the MPI error `code` says that a peer failed or that the
+ * communicator was revoked. */
+int pc_transport_is_failure(int code);
+/* Revoke comm: every rank's pending and later operations on it fail with
+ * a revoked error, so no survivor waits for a message that will not come.
+ * Nothing without the extensions. */
+void pc_transport_revoke(MPI_Comm comm);
+/* The ranks of comm known to have failed, in order: up to max of them in
+ * out; returns how many there are (0 without the extensions). */
+int pc_transport_failed_ranks(MPI_Comm comm, int *out, int max);
+
 #endif

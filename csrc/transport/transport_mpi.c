@@ -13,6 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Open MPI keeps its fault-tolerance extensions (ULFM) in mpi-ext.h */
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h>
+#endif
+#if defined(OMPI_HAVE_MPI_EXT_FTMPI) && OMPI_HAVE_MPI_EXT_FTMPI
+#define PC_FT 1
+#else
+#define PC_FT 0
+#endif
+
 typedef struct {
     void *owner;
     int64_t cookie;
@@ -219,6 +229,68 @@ static void mpi_shutdown(pc_transport *tp)
 }
 
 static mpi_tp the_mpi;
+
+/* ---- failures (pc_transport.h) */
+
+int pc_transport_is_failure(int code)
+{
+    int cls = 0;
+    if (code == MPI_SUCCESS || MPI_Error_class(code, &cls) != MPI_SUCCESS)
+        return 0;
+#ifdef MPIX_ERR_PROC_FAILED
+    if (cls == MPIX_ERR_PROC_FAILED || cls == MPIX_ERR_REVOKED)
+        return 1;
+#endif
+#ifdef MPIX_ERR_PROC_FAILED_PENDING
+    if (cls == MPIX_ERR_PROC_FAILED_PENDING)
+        return 1;
+#endif
+    return 0;
+}
+
+void pc_transport_revoke(MPI_Comm comm)
+{
+#if PC_FT
+    int revoked = 0;
+    if (MPIX_Comm_is_revoked(comm, &revoked) == MPI_SUCCESS && !revoked)
+        MPIX_Comm_revoke(comm);
+#else
+    (void)comm;
+#endif
+}
+
+int pc_transport_failed_ranks(MPI_Comm comm, int *out, int max)
+{
+#if PC_FT
+    MPI_Group failed, all;
+    int n = 0;
+    if (MPIX_Comm_get_failed(comm, &failed) != MPI_SUCCESS)
+        return 0;
+    if (MPI_Group_size(failed, &n) == MPI_SUCCESS && n > 0 &&
+        MPI_Comm_group(comm, &all) == MPI_SUCCESS) {
+        int k = n < max ? n : max;
+        int *idx = malloc((size_t)(k > 0 ? k : 1) * sizeof(int));
+        if (idx) {
+            for (int i = 0; i < k; i++)
+                idx[i] = i;
+            if (MPI_Group_translate_ranks(failed, k, idx, all, out) !=
+                MPI_SUCCESS)
+                n = 0;
+            free(idx);
+        } else {
+            n = 0;
+        }
+        MPI_Group_free(&all);
+    }
+    MPI_Group_free(&failed);
+    return n;
+#else
+    (void)comm;
+    (void)out;
+    (void)max;
+    return 0;
+#endif
+}
 
 pc_transport *pc_transport_mpi(void)
 {

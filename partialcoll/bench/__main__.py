@@ -12,7 +12,8 @@ import sys
 
 from ..core.failfast import abort_on_error
 from ._common import HelpFormatter, Parser, plain, versions_line
-from . import (allreduce, aware, breakdown, hyperplane, latency, lstm,
+from . import (allreduce, aware, breakdown, failure, hyperplane, latency,
+               lstm,
                mlfabric,
                mlfabric_replica, mlfabric_retarget,
                mlfabric_sched, netcal, overhead, overlap, rps, sweep, tictac,
@@ -28,6 +29,8 @@ COMMANDS = {
                          "under skew"),
     "breakdown": (breakdown, "one partial round, stage by stage, with "
                              "the timeline: where its time goes"),
+    "failure": (failure, "a rank dies mid-run (Open MPI's fault-tolerance "
+                         "extensions): time until every survivor knows"),
     "sweep": (sweep, "message-size sweep of allreduce against "
                      "MPI_Allreduce"),
     "overhead": (overhead, "executor costs: per op, post-to-completion, "

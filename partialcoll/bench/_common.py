@@ -265,6 +265,18 @@ def across_ranks(value, comm):
     return tot[0] / comm.size, mn[0], mx[0]
 
 
+def settle(comm, n=1, calls=200):
+    """A job's first collectives are slow (connections made on first use,
+    pages touched, ranks still starting on shared cores): ``calls``
+    untimed MPI_Allreduce calls of ``n`` float32 before the first timed
+    row, so that the run's first row is not the only one that pays for
+    them."""
+    x = np.ones(n, np.float32)
+    for _ in range(calls):
+        comm.Allreduce(MPI.IN_PLACE, x)
+    comm.Barrier()
+
+
 def progress(iterable, comm, desc, total=None):
     """tqdm on rank 0 when it is installed and stderr is a terminal or
     PARTIALCOLL_PROGRESS=1; the iterable itself otherwise."""

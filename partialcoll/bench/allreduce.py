@@ -35,7 +35,7 @@ from mpi4py import MPI
 import partialcoll as pc
 
 from ._common import (add_dtype, add_iters, add_size_range, add_warmup,
-                      byte_size, cli, emit, parse_size, progress,
+                      byte_size, cli, emit, parse_size, progress, settle,
                       sizes_between, whole, writable)
 
 IMPLS = ("MPI_Allreduce", "allreduce", "solo", "majority", "quorum")
@@ -193,6 +193,7 @@ def run(args, comm=MPI.COMM_WORLD):
     skipped = [i for i in impls if i in PARTIAL and args.op != "sum"]
     rows = []
     n = comm.size
+    settle(comm)        # else the first row pays for the job's start
     for nbytes in progress(sizes, comm, "allreduce"):
         count = max(nbytes // dtype.itemsize, 1)
         for impl in impls:

@@ -14,9 +14,10 @@ Per rank and round, the stages are the times between:
 ``activation``     the first activation op done (the trigger fired, or
                    an activation message heard) to the snapshot ready
 ``snapshot``       the locked copies that take this round's deposits
-``exchange``       the data allreduce and the bookkeeping allreduce
-                   (``3 + 2P`` int64), side by side, to the first
-                   locked op after them ready
+``exchange``       the allreduce of the data and the bookkeeping
+                   (``3 + 2P`` int64; in the same messages up to the
+                   recursive-doubling threshold), to the first locked op
+                   after it ready
 ``accounting``     the locked ops that fold the result in and count
                    stragglers, to the round's last op done
 ``after``          the round's last op to the call returning (the caller

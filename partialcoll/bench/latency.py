@@ -26,7 +26,7 @@ import partialcoll as pc
 from ._common import (Buffers, across_ranks, add_device_arg, add_iters,
                       add_renamed, add_warmup, cli, emit, float32_bytes,
                       listed, parse_size, progress, pyplot, real, save_plot,
-                      whole, writable)
+                      settle, whole, writable)
 
 IMPLS = ("MPI_Allreduce", "allreduce", "majority", "quorum", "solo", "nccl")
 DEFAULT_IMPLS = IMPLS[:-1]
@@ -172,6 +172,7 @@ def run(args, comm=MPI.COMM_WORLD):
     sweep = args.sweep_steps is not None
     steps = [float(t) for t in args.sweep_steps.split(",") if t.strip()] \
         if sweep else [args.step_ms]
+    settle(comm, count(args))
     rows = []
     for step in steps:
         rows += _one_step(argparse.Namespace(**{**vars(args),

@@ -52,9 +52,12 @@ def check_int(value, what, lo=None, hi=None):
     """``value`` as an int within [lo, hi] (None: unbounded), or a
     ScheduleError naming ``what``: floats are refused, not truncated
     (quorum=1.9 must not become 1)."""
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise ArgumentTypeError(f"{what} must be an int, got {value!r}")
+    if type(value) is not int:      # a plain int skips the slow ABC check
+        if not isinstance(value, numbers.Integral) or \
+                isinstance(value, bool):
+            raise ArgumentTypeError(f"{what} must be an int, got {value!r}")
+        value = int(value)
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         span = f"{'' if lo is None else lo}..{'' if hi is None else hi}"
         raise ScheduleError(f"{what} must be in {span}, got {value}")
-    return int(value)
+    return value

@@ -8,15 +8,31 @@ import time
 
 from mpi4py import MPI
 
+from . import failures, libcomm
 from .errors import ScheduleError, agreed_kind, portable
 
 
-def wait_for(req, longest=0.002):
+def wait_for(req, longest=0.002, comm=None):
     """Wait for an mpi4py request with Test() and a sleeping back-off (from
     20 us, doubling, up to ``longest`` s): never a busy wait, for control
-    collectives that may wait long for a slow rank."""
+    collectives that may wait long for a slow rank.
+
+    When MPI says a rank failed (fault-tolerance extensions in use,
+    :mod:`.failures`), every library communicator is revoked and
+    :class:`~partialcoll.RankFailedError` raised (its ranks those of
+    ``comm``, the request's communicator, when given)."""
     delay = 20e-6
-    while not req.Test():
+    while True:
+        try:
+            if req.Test():
+                return
+        except MPI.Exception as e:
+            if not failures.is_rank_failure(e):
+                raise
+            owned = libcomm.owned()
+            raise failures.rank_failure(
+                e, comm if comm is not None else MPI.COMM_NULL,
+                "a library control collective ended", owned) from e
         time.sleep(delay)
         delay = min(2 * delay, longest)
 
@@ -28,7 +44,7 @@ def arrive(comm):
     inside MPICH; with more ranks than cores that took the CPU from the
     slow rank and from the progress threads, and a P = 5 test suite on two
     cores stalled for tens of seconds (docs/results.md)."""
-    wait_for(comm.Ibarrier(), longest=0.001)
+    wait_for(comm.Ibarrier(), longest=0.001, comm=comm)
 
 
 def gather_checked(comm, what, mine, problem=None):

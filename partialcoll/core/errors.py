@@ -7,6 +7,7 @@ PartialcollError (partialcoll.Error)
         ScheduleFreedError              using a freed schedule
     ThreadLevelError                    MPI below MPI_THREAD_MULTIPLE
     TransportError (also RuntimeError)  MPI failed on the progress thread
+        RankFailedError                 a rank of the communicator died
     WaitTimeout (also TimeoutError)     wait(timeout=...) ran out
     DeviceError (also RuntimeError)     CUDA failed, or no usable GPU
 
@@ -56,6 +57,27 @@ class TransportError(PartialcollError, RuntimeError):
     """MPI reported an error while the schedule was executing."""
 
 
+class RankFailedError(TransportError):
+    """A rank of the communicator failed, and the collective cannot end.
+
+    Raised only under an MPI with the fault-tolerance extensions in use
+    (Open MPI started with ``mpiexec --with-ft ulfm``; see
+    :func:`partialcoll.fault_tolerance`): without them a rank that dies
+    ends the whole job.  The rank that first sees the failure revokes the
+    library's communicators, so every survivor's pending and later
+    partialcoll calls on that communicator raise this too, instead of
+    waiting for the dead rank's messages.
+
+    ``ranks``: the ranks of the communicator this rank knows to have
+    failed (a tuple, perhaps empty where only the revocation reached this
+    rank)."""
+
+    def __init__(self, message: str = "",
+                 ranks: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.ranks = tuple(int(r) for r in ranks)
+
+
 class WaitTimeout(PartialcollError, TimeoutError):
     """A wait() with a timeout expired before the round completed."""
 
@@ -64,14 +86,23 @@ class DeviceError(PartialcollError, RuntimeError):
     """The GPU (CUDA) reported an error, or device buffers cannot be used."""
 
 
+class StallWarning(UserWarning):
+    """A partial collective's call has waited long for its round
+    (``PARTIALCOLL_WAIT_WARN_S``, 10 s), most likely because a rank the
+    round needs entered another collective without flushing the partial
+    collectives first: a wait that may never end.  Issued with
+    ``warnings`` (so it reaches the console) when the program has not
+    configured logging; otherwise the ``partialcoll`` logger says it."""
+
+
 #: partialcoll's errors by name: the kinds one rank may report to the
 #: others in a setup agreement.  Only the name travels, and only these
 #: names are turned back into a class; nothing else is rebuilt from what
 #: another rank sent.
 _KINDS: dict[str, type[PartialcollError]] = {c.__name__: c for c in (
     PartialcollError, ScheduleError, ArgumentTypeError, ScheduleBusyError,
-    ScheduleFreedError, ThreadLevelError, TransportError, WaitTimeout,
-    DeviceError)}
+    ScheduleFreedError, ThreadLevelError, TransportError, RankFailedError,
+    WaitTimeout, DeviceError)}
 
 
 def portable(error: BaseException) -> tuple[str, str]:
@@ -117,4 +148,5 @@ _core.set_exceptions({
     _C["EFREED"]: ScheduleFreedError,
     _C["ETHREAD"]: ThreadLevelError,
     _C["EDEVICE"]: DeviceError,
+    _C["EFAILED"]: RankFailedError,
 })

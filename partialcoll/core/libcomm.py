@@ -38,7 +38,8 @@ from typing import Any, Callable
 from mpi4py import MPI
 
 from .. import _core
-from . import logs
+from . import failures, logs
+from .errors import RankFailedError
 from .tags import TagSpace
 
 log = logging.getLogger("partialcoll")
@@ -47,9 +48,12 @@ _lock = threading.RLock()
 _owned: list[MPI.Comm] = []     # every duplicate not yet freed
 _live: list["LibraryComm"] = []  # every LibraryComm not yet released
 _exiting = False
+_told = False       # the first library communicator logged what a death does
 _hooks: dict[str, list[Callable[..., Any]]] = {
     "before_collective": [], "on_user_free": [], "on_release": [],
-    "at_exit": [], "free_at_exit": []}
+    "at_exit": [], "free_at_exit": [], "on_shrink": []}
+_revoked: list[MPI.Comm] = []   # replaced by shrink(): never freed (a free
+                                # may wait for the dead rank)
 
 
 def register(event, fn=None):
@@ -60,7 +64,10 @@ def register(event, fn=None):
     ``"on_release"`` (fn(lc), just before lc's duplicates are freed),
     ``"at_exit"`` (fn(), before the progress thread stops: higher modules
     finish what is in flight) or ``"free_at_exit"`` (fn(), after every
-    ``at_exit`` hook: the schedules are freed).  Hooks run in
+    ``at_exit`` hook: the schedules are freed) or ``"on_shrink"`` (fn(lc,
+    dead, survivors), inside :meth:`LibraryComm.shrink`, on every
+    survivor: ``dead`` and ``survivors`` are ranks of lc's communicator
+    before it shrank, ``survivors`` in the new order).  Hooks run in
     registration order.  Without ``fn``, a decorator that registers."""
     if fn is None:
         return lambda f: register(event, f)
@@ -90,6 +97,10 @@ class LibraryComm:
         self.refs = 1           # the user communicator's attribute
         self.attached = True    # the user communicator is not freed yet
         self.freed = False
+        # the ranks of the user's communicator that are members now, and
+        # those that died (see shrink)
+        self.members = list(range(self.size))
+        self.lost: tuple[int, ...] = ()
         _live.append(self)
 
     def acquire(self):
@@ -129,6 +140,42 @@ class LibraryComm:
             self.pending = False
             _run_hooks("before_collective", self, keep)
 
+    def shrink(self):
+        """Collective over the survivors, after a rank died (MPI's
+        fault-tolerance extensions): revoke both duplicates, replace them
+        by duplicates of the survivors (MPIX_Comm_shrink, which keeps
+        their order), run the ``on_shrink`` hooks (partial collectives
+        rebuild over the survivors) and return the ranks of the user's
+        communicator that died (all of them so far).  The old duplicates
+        are kept, never freed.  Full collectives on the user's communicator
+        raise :class:`RankFailedError` from then on (:func:`library_comm`).
+        """
+        failures.revoke([self.comm, self.ctl])
+        old = self.comm
+        try:
+            comm = old.Shrink()
+            comm.Set_errhandler(MPI.ERRORS_RETURN)
+            ctl = _dup(comm)
+        except MPI.Exception as e:
+            raise failures.rank_failure(e, old, "shrinking the library's "
+                                        "communicator") from e
+        survivors = failures.translate(comm, old)
+        dead = [r for r in range(self.size) if r not in set(survivors)]
+        with _lock:
+            for c in (self.comm, self.ctl):
+                if c in _owned:
+                    _owned.remove(c)
+                _revoked.append(c)
+            _owned.append(comm)
+        self.comm, self.ctl = comm, ctl
+        self.size, self.rank = comm.Get_size(), comm.Get_rank()
+        self.tags.size = self.size
+        self.lost = tuple(sorted(self.lost + tuple(self.members[r]
+                                                   for r in dead)))
+        self.members = [self.members[r] for r in survivors]
+        _run_hooks("on_shrink", self, dead, survivors)
+        return self.lost
+
     def tag_block(self, ntags):
         """The first tag of a block of ``ntags`` tags for the next one-shot
         call (see :class:`TagSpace`)."""
@@ -161,14 +208,27 @@ _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_user_comm_freed)
 _by_handle: dict[int, LibraryComm] = {}
 
 
-def library_comm(comm):
+def library_comm(comm, survivors=False):
     """The :class:`LibraryComm` of the user's communicator ``comm``, made on
-    first use (then collective: it duplicates ``comm`` twice)."""
+    first use (then collective: it duplicates ``comm`` twice).  Once ranks
+    of ``comm`` have died and the survivors went on without them
+    (:meth:`LibraryComm.shrink`), raises :class:`RankFailedError` unless
+    ``survivors``: only partial collectives carry on over the survivors."""
     lc = comm.Get_attr(_KEYVAL)
+    if lc is not None and lc.lost and not survivors:
+        raise RankFailedError(
+            f"rank(s) {', '.join(map(str, lc.lost))} of this communicator "
+            f"died; partial collectives (solo, majority, quorum) carry on "
+            f"over the survivors, full collectives need a communicator "
+            f"without them (comm.Shrink())", lc.lost)
     if lc is None:
         with _lock:
             lc = comm.Get_attr(_KEYVAL)
             if lc is None:
+                global _told
+                if not _told:       # once per process: see failures.py
+                    _told = True
+                    log.info("%s", failures.fault_tolerance()["on_failure"])
                 lc = LibraryComm(comm)
                 comm.Set_attr(_KEYVAL, lc)
                 _by_handle[comm.handle] = lc
@@ -189,6 +249,12 @@ def find_fast(comm):
 def live():
     """The library communicators not yet released, oldest first."""
     return list(_live)
+
+
+def owned():
+    """Every duplicate communicator partialcoll holds now (a copy)."""
+    with _lock:
+        return list(_owned)
 
 
 def live_duplicates():
@@ -227,6 +293,8 @@ def _shutdown():
         for fn in _hooks["at_exit"]:
             try:
                 fn()
+            except RankFailedError as e:    # already raised to the program
+                log.info("partialcoll exit handler: %s", e)
             except Exception:
                 log.exception("partialcoll exit handler failed")
     for fn in _hooks["free_at_exit"]:

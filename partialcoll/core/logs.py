@@ -5,7 +5,10 @@ The library reports through the ``partialcoll`` logger and its children
 ``NullHandler`` on it: nothing is printed unless the program configures
 logging (``logging.basicConfig()``), as with any library.
 ``PARTIALCOLL_LOG_LEVEL`` (``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` or a
-number) sets the ``partialcoll`` logger's level.
+number) sets the ``partialcoll`` logger's level.  The one exception is a
+wait that may never end (:class:`~partialcoll.StallWarning`): where
+logging would not show it, it goes through ``warnings``, so a
+program that hangs says why.
 
 A fact that is the same on every rank (a straggler report, computed from
 numbers every rank shares) is said once, by rank 0 of the communicator it
@@ -43,6 +46,22 @@ def setup():
     value = env.get(env.LOG_LEVEL)
     if value is not None:
         root.setLevel(level_from_environment(value))
+
+
+def shown(logger):
+    """Whether a WARNING record of ``logger`` reaches a handler of the
+    program's (the library's own ``NullHandler`` does not count), or the
+    program silenced such records (a level above WARNING)."""
+    if not logger.isEnabledFor(logging.WARNING):
+        return True
+    c = logger
+    while c is not None:
+        if any(not isinstance(h, logging.NullHandler) for h in c.handlers):
+            return True
+        if not c.propagate:
+            return False
+        c = c.parent
+    return False
 
 
 def world_rank():

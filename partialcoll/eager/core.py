@@ -22,10 +22,10 @@ import numpy as np
 from mpi4py import MPI
 
 from ..collectives.allreduce import iallreduce
-from ..core import control, devices, libcomm
+from ..core import control, devices, failures, libcomm
 from ..core.buffers import Buffer, as_array
 from ..core.checks import check_comm
-from ..core.errors import ScheduleError
+from ..core.errors import RankFailedError, ScheduleError
 from ..core.ops import OpLike
 from ..collectives.partial import (MajorityAllreduce, QuorumAllreduce,
                                    SoloAllreduce)
@@ -270,7 +270,7 @@ class EagerAverager:
             res, out = None, []
             for b in self._buckets:     # MPI_Allreduce, on a host copy
                 r = self._mem.host(b.send).copy()
-                self._lc.ctl.Allreduce(MPI.IN_PLACE, r, op=MPI.SUM)
+                self._mpi_allreduce(r)
                 out.append(self._mem.from_host(r))
         else:
             self._predivide(self._buckets)
@@ -524,11 +524,37 @@ class EagerAverager:
         return out
 
     # -- internals ----------------------------------------------------------
+    def _mpi_allreduce(self, r):
+        """MPI_Allreduce(SUM) of ``r`` in place, over the library's control
+        duplicate: RankFailedError where a rank died."""
+        lc = self._lc
+        if lc.lost:         # the partial collectives went on without them
+            raise RankFailedError(f"rank(s) {', '.join(map(str, lc.lost))} "
+                                  f"died: a sync mode cannot carry on",
+                                  lc.lost)
+        try:
+            lc.ctl.Allreduce(MPI.IN_PLACE, r, op=MPI.SUM)
+        except MPI.Exception as e:
+            if not failures.is_rank_failure(e):
+                raise
+            raise failures.rank_failure(e, lc.ctl, "eager-SGD's "
+                                        "MPI_Allreduce", libcomm.owned()) \
+                from e
+
+    @property
+    def group_size(self) -> int:
+        """How many ranks are averaged over (``size``, or the survivors
+        once a rank died, as the partial modes carry on without it)."""
+        coll = next((b.coll for b in self._buckets if b.coll is not None),
+                    None)
+        return self.size if coll is None or coll.closed else coll.size
+
     def _unpack(self, flat_per_bucket):
         out = [None] * len(self.specs)
+        P = self.group_size
         for b, flat in zip(self._buckets, flat_per_bucket):
             if self.op == "average":    # the rest of the division by P
-                flat /= self.size / self.predivide
+                flat /= P / self.predivide
             for i, off, n, shape in b.members:
                 out[i] = flat[off:off + n].reshape(shape)
         return out

@@ -32,18 +32,19 @@ class Fold:
         the result (returns its last op and True); the partner that absorbs
         it adds it in (returns the new ``prev`` and False)."""
         if self.folded:
-            snd = s.send(ctx.recv, self.rank + 1, tag=ctx.tag0, after=prev)
-            return s.recv(ctx.recv, self.rank + 1, tag=ctx.tag0 + unfold_tag,
-                          after=[snd]), True
+            snd = s.send(ctx.wire_recv, self.rank + 1, tag=ctx.tag0,
+                         after=prev)
+            return s.recv(ctx.wire_recv, self.rank + 1,
+                          tag=ctx.tag0 + unfold_tag, after=[snd]), True
         if self.absorbs:
-            r = s.recv(ctx.tmp, self.rank - 1, tag=ctx.tag0, after=ctx.after)
-            return [s.reduce(ctx.recv, ctx.tmp, ctx.op, after=prev + [r])], \
-                False
+            r = s.recv(ctx.wire_tmp, self.rank - 1, tag=ctx.tag0,
+                       after=ctx.after)
+            return ctx.combine(s, prev + [r]), False
         return prev, False
 
     def fold_out(self, s, ctx, prev, unfold_tag):
         """After the algorithm: the partner hands the result back."""
         if self.absorbs:
-            return s.send(ctx.recv, self.rank - 1, tag=ctx.tag0 + unfold_tag,
-                          after=prev)
-        return prev[0]
+            return s.send(ctx.wire_recv, self.rank - 1,
+                          tag=ctx.tag0 + unfold_tag, after=prev)
+        return s.nop(after=prev) if len(prev) > 1 else prev[0]

@@ -15,6 +15,8 @@ def build_recursive_doubling(s, ctx):
 
     Tags ``tag0`` (fold), ``tag0 + 1 .. tag0 + log2 p2`` (rounds),
     ``tag0 + log2 p2 + 1`` (unfold).  Returns the index of the last op.
+    Riders (``ctx.riders``) travel in the same messages and are reduced
+    beside the vector.
     """
     fold = Fold(ctx.size, ctx.rank)
     steps = fold.p2.bit_length() - 1
@@ -24,7 +26,7 @@ def build_recursive_doubling(s, ctx):
         return prev
     for k in range(steps):
         peer = fold.real(fold.new ^ (1 << k))
-        snd = s.send(ctx.recv, peer, tag=ctx.tag0 + k + 1, after=prev)
-        rcv = s.recv(ctx.tmp, peer, tag=ctx.tag0 + k + 1, after=prev)
-        prev = [s.reduce(ctx.recv, ctx.tmp, ctx.op, after=[snd, rcv])]
+        snd = s.send(ctx.wire_recv, peer, tag=ctx.tag0 + k + 1, after=prev)
+        rcv = s.recv(ctx.wire_tmp, peer, tag=ctx.tag0 + k + 1, after=prev)
+        prev = ctx.combine(s, [snd, rcv])
     return fold.fold_out(s, ctx, prev, unfold_tag)

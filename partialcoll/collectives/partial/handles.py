@@ -17,7 +17,7 @@ from mpi4py import MPI
 from ...core import arrays, devices
 from ...core.buffers import Buffer
 from ...core.checks import check_comm, check_int, require_thread_multiple
-from ...core.errors import PartialcollError, ScheduleError
+from ...core.errors import PartialcollError, RankFailedError, ScheduleError
 from ...core.ops import OPS, Op, OpLike, as_op
 from ...core.request import Request
 from ..staging import check_compression, wire_dtype
@@ -26,11 +26,15 @@ from .kinds import KINDS
 from .result import PartialResult
 
 SUM = OPS["SUM"]
+#: what a partial allreduce object does when a rank of its communicator
+#: dies (MPI's fault-tolerance extensions in use): carry on over the
+#: survivors, or raise RankFailedError
+ON_FAILURE = ("continue", "raise")
 
 
 def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
                 sync_every=None, quorum=None, seed=0, algorithm=None,
-                priority=0, compression=None):
+                priority=0, compression=None, on_failure="continue"):
     """Check the arguments and make the state of a partial allreduce object
     (:class:`.rounds.Rounds`) shaped like ``like`` (collective).  A bad
     argument on some ranks raises the same error on every rank, of the
@@ -52,6 +56,10 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
         if sync_every is not None:
             sync_every = check_int(sync_every, "sync_every", 1)
         seed = check_int(seed, "seed", 0)
+        if on_failure not in ON_FAILURE:
+            raise ScheduleError(f"on_failure must be one of "
+                                f"{', '.join(map(repr, ON_FAILURE))}, got "
+                                f"{on_failure!r}")
         priority = check_int(priority, "priority", -2**31, 2**31 - 1)
         # What is deposited, reduced and accumulated, as allreduce stages
         # it: 16-bit floats in float32, rounded once when a result is
@@ -71,7 +79,7 @@ def make_rounds(kind, name, like, op=SUM, comm=None, catch_up=True,
             "comm": comm, "catch_up": bool(catch_up), "seed": int(seed),
             "sync_every": None if sync_every is None else int(sync_every),
             "quorum": quorum, "mem": backend or devices.HOST,
-            "priority": int(priority),
+            "priority": int(priority), "on_failure": on_failure,
             "device": backend and backend.device_id(like.array)}
     return KINDS[kind](like.array.size, args, algorithm)
 
@@ -103,9 +111,25 @@ class PartialAllreduce:
     takes several rounds at once gets their sum rounded to float16, so
     ranks that took the same rounds in different groups hold results that
     differ by float16's rounding (without compression: by float32's, or
-    the dtype's).  Attributes:
-    ``shape``, ``dtype``, ``op``, ``comm``, ``size``, ``rank``,
-    ``catch_up``, ``sync_every``, ``seed``, ``quorum``, ``compression``.
+    the dtype's).
+
+    ``on_failure``: what a rank's death does, where MPI's fault-tolerance
+    extensions are in use (:func:`partialcoll.fault_tolerance`).
+    ``"continue"`` (the default): the survivors carry on without it.  The
+    call that meets the death (or the next call, on a rank that was
+    computing) joins the survivors' recovery, collective over them, and
+    returns as usual: every survivor's contributions are delivered to
+    every survivor exactly once, and the dead rank's up to the last round
+    that completed anywhere; ``stats()["failures"]`` names the dead rank
+    and that round (its later deposits are lost).  ``size`` and ``rank``
+    are then the object's among the survivors, and a quorum larger than
+    their number becomes their number.  ``"raise"``: its calls raise
+    :class:`~partialcoll.RankFailedError`, as full collectives do.  Host
+    memory only: device objects always raise.
+
+    Attributes: ``shape``, ``dtype``, ``op``, ``comm``, ``size``,
+    ``rank``, ``catch_up``, ``sync_every``, ``seed``, ``quorum``,
+    ``compression``, ``on_failure``.
     """
 
     kind: str | None = None
@@ -116,25 +140,25 @@ class PartialAllreduce:
     catch_up: bool
     seed: int
     sync_every: int | None
-    quorum: int | None
-    size: int
-    rank: int
     compression: str | None
+    on_failure: str
 
     def __init__(self, like: Buffer, op: OpLike = SUM,
                  comm: MPI.Comm | None = None, catch_up: bool = True,
                  sync_every: int | None = None, *, quorum: int | None = None,
                  seed: int = 0, algorithm: str | None = None,
-                 priority: int = 0, compression: str | None = None) -> None:
+                 priority: int = 0, compression: str | None = None,
+                 on_failure: str = "continue") -> None:
         if self.kind is None:
             raise TypeError("PartialAllreduce is the base class: make a "
                             "SoloAllreduce, MajorityAllreduce or "
                             "QuorumAllreduce")
         self._rounds = make_rounds(self.kind, type(self).__name__, like, op,
                                    comm, catch_up, sync_every, quorum, seed,
-                                   algorithm, priority, compression)
+                                   algorithm, priority, compression,
+                                   on_failure)
         for k in ("shape", "op", "comm", "catch_up", "seed", "sync_every",
-                  "quorum", "size", "rank", "compression"):
+                  "compression", "on_failure"):
             setattr(self, k, getattr(self._rounds, k))
         self.dtype = self._rounds.given
         # a handle still alive at exit is not "dropped": the exit handler
@@ -181,6 +205,9 @@ class PartialAllreduce:
         data missed and was carried into a later one), ``mean_lag``
         (per rank: rounds since its last fresh contribution, averaged over
         rounds), ``slowest`` (the rank with the largest late share),
+        ``failures`` (one dict per rank that died, where the object
+        carried on: ``rank``, of ``comm``, and ``rounds``: the first
+        ``rounds`` rounds hold its data, its later deposits are lost),
         ``calls`` (this rank's) and ``skipped`` (``catch_up=False``: rounds
         passed over, held for the next synchronous round).  The per-rank
         lists are the same on every rank for the same rounds.  A warning is
@@ -188,6 +215,21 @@ class PartialAllreduce:
         most of the last 100 rounds.  After :meth:`close` it still returns
         the report as it was then (so do ``rounds`` and ``started``)."""
         return self._rounds.stats()
+
+    @property
+    def size(self) -> int:
+        """The number of ranks (the survivors, after a death)."""
+        return self._rounds.size
+
+    @property
+    def rank(self) -> int:
+        """This rank's place among the object's ranks."""
+        return self._rounds.rank
+
+    @property
+    def quorum(self) -> int | None:
+        """The quorum (None but for QuorumAllreduce)."""
+        return self._rounds.quorum
 
     @property
     def closed(self) -> bool:
@@ -219,7 +261,13 @@ class PartialAllreduce:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, value: object, tb: object) -> None:
+        if isinstance(value, RankFailedError):
+            # the communicator is revoked: a closing round could not end,
+            # and its error would hide the one that is leaving the block
+            self._rounds.abandon()
+            self._finalizer.detach()
+            return
         self.close()
 
 
@@ -276,7 +324,8 @@ class QuorumAllreduce(PartialAllreduce):
                  comm: MPI.Comm | None = None, catch_up: bool = True,
                  sync_every: int | None = None, *,
                  algorithm: str | None = None, priority: int = 0,
-                 compression: str | None = None) -> None:
+                 compression: str | None = None,
+                 on_failure: str = "continue") -> None:
         super().__init__(like, op, comm, catch_up, sync_every, quorum=quorum,
                          algorithm=algorithm, priority=priority,
-                         compression=compression)
+                         compression=compression, on_failure=on_failure)

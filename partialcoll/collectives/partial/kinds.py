@@ -36,7 +36,7 @@ class MajorityRounds(Rounds):
         # While someone flushes, a fresh caller starts its own round.
         if fresh and (flushing or
                       designated(self.seed, rnd, self.size) == self.rank):
-            self.sched.fire(self._trigger, round=rnd, wake=wake)
+            self.fire(self._trigger, rnd, wake)
 
     def waits_for(self, rnd):
         return (f"rank {designated(self.seed, rnd, self.size)}, drawn to "
@@ -51,8 +51,8 @@ class QuorumRounds(Rounds):
         # only fresh data counts towards the quorum; while someone flushes,
         # a fresh caller's arrival starts the round on its own
         if fresh:
-            self.sched.fire(self._bypass if flushing else self._trigger,
-                            round=rnd, wake=wake)
+            self.fire(self._bypass if flushing else self._trigger, rnd,
+                      wake)
 
     def waits_for(self, rnd):
         return f"{self.quorum} ranks' calls (arrivals counted at rank 0)"

@@ -13,7 +13,9 @@ R needs).  If finished rounds are waiting it returns them at once, else it
 waits for the next round and takes `acc` under the lock.  So each
 contribution is in exactly one round, results are never overwritten while
 read (they are copied out under the lock), and a rank that missed rounds
-gets them all combined.
+gets them all combined.  The synchronous round (flush, close) is in
+:mod:`.synchronous`, what a rank's death does in :mod:`.survival`, the
+request a waiting call holds in :mod:`.waiting`.
 
 Lifetime.  The user holds a handle
 (:class:`~partialcoll.collectives.partial.handles.PartialAllreduce`); the
@@ -25,15 +27,20 @@ vanished on one rank; it is logged once under the ``partialcoll`` logger.
 """
 import logging
 import secrets
+import warnings
 
 import numpy as np
 from mpi4py import MPI
 
-from ...core import arrays, control, devices, env, libcomm, logs
-from ...core.errors import PartialcollError, ScheduleError, WaitTimeout
-from ...core.request import Done, Request
+from ...core import arrays, control, devices, env, failures, libcomm, logs
+from ...core.errors import (PartialcollError, RankFailedError,
+                            ScheduleError, StallWarning)
+from ...core.request import Done
 from . import schedule, stragglers
 from .result import PartialResult
+from .survival import Survival
+from .synchronous import Synchronous
+from .waiting import RoundsRequest
 
 log = logging.getLogger("partialcoll")
 
@@ -50,13 +57,13 @@ def refuse(comm, name, problem):
     every rank raises the same error, of ``problem``'s kind and naming
     this rank, instead of an error here and a hang there.  Never
     returns."""
-    lc = libcomm.library_comm(comm)
+    lc = libcomm.library_comm(comm, survivors=True)
     lc.before_collective()
     control.gather_checked(lc.ctl, refused(name), None, problem)
     raise AssertionError("unreachable: the agreement raised")
 
 
-class Rounds:
+class Rounds(Synchronous, Survival):
     """One partial allreduce's schedule, buffers and protocol (see the
     module docstring).  ``args`` is the handle's checked arguments: kind,
     shape, dtype, op, comm, catch_up, sync_every, quorum, seed, memory
@@ -73,7 +80,7 @@ class Rounds:
     def __init__(self, n, args, algorithm):
         for k, v in args.items():
             setattr(self, k, v)
-        lc = libcomm.library_comm(self.comm)
+        lc = libcomm.library_comm(self.comm, survivors=True)
         self.size, self.rank = lc.size, lc.rank
         try:
             self.quorum, problem = self.check_quorum(self.quorum), None
@@ -86,8 +93,15 @@ class Rounds:
         self._ntags = schedule.tag_block_size(self.size)
         self._tag0 = lc.tags.block(self._ntags)
         self.lc = lc.acquire()
+        self._algorithm = algorithm
+        self._base = 0          # the schedule's round 0 (see recover)
+        self.generation = 0     # recoveries so far
+        self.failures = []      # the ranks that died, see stats()
+        self._members = list(lc.members)   # ranks of the user's comm
+        self._before = None     # the straggler counts before a recovery
         try:
-            self._build(n, algorithm)
+            self._alloc(n)
+            self._make_schedule()
         except BaseException:
             self._release()
             raise
@@ -127,7 +141,7 @@ class Rounds:
             "quorum": self.quorum, "seed": self.seed,
             "catch_up": self.catch_up, "sync_every": self.sync_every,
             "algorithm": algorithm, "priority": self.priority,
-            "compression": self.compression}
+            "compression": self.compression, "on_failure": self.on_failure}
         everyone = control.gather_checked(lc.ctl, refused(self.name), mine,
                                           problem)
         bad = [k for k in mine if any(d[k] != mine[k] for d in everyone)]
@@ -136,7 +150,7 @@ class Rounds:
             raise ScheduleError(f"{self.name} created with different "
                                 f"arguments on different ranks ({detail})")
 
-    def _build(self, n, algorithm):
+    def _alloc(self, n):
         ident, mem = self.op.identity(self.dtype), self.mem
         self._pending = mem.full(n, ident, self.dtype)
         self._identity = mem.full(n, ident, self.dtype)
@@ -146,8 +160,15 @@ class Rounds:
             mem.full(n, ident, self.dtype)
         self._nskipped = 0
         self.combine = self.op.ufunc(mem.xp)
+        self._send = mem.empty(n, self.dtype)
+        # kept only where a survivor may need it (see recover)
+        self._last = mem.empty(n, self.dtype) \
+            if failures.extensions_in_use() else None
         self._meta = schedule.meta_buffers(self.size, self.rank)
         self._late_slot = 3 + self.rank
+
+    def _make_schedule(self):
+        mem = self.mem
         # the ranks met in _check_consistent, yet meeting again here before
         # the bcast measured faster at 5 ranks on 2 cores (median 14.0 s
         # against 16.5 s for test_eager_ddp + test_forms)
@@ -158,7 +179,8 @@ class Rounds:
             comm=self.lc.comm, size=self.size, rank=self.rank, op=self.op,
             dtype=self.dtype, mem=mem, pending=self._pending,
             identity=self._identity, acc=self._acc, skipped=self._skipped,
-            meta=self._meta, algorithm=algorithm, priority=self.priority,
+            send=self._send, last=self._last, meta=self._meta,
+            algorithm=self._algorithm, priority=self.priority,
             stamp_id=stamp_id, tag0=self._tag0, activate=self.activate))
         self._trigger, self._bypass = act.trigger, act.bypass
 
@@ -168,6 +190,14 @@ class Rounds:
         :mod:`partialcoll.core.arrays`) as :meth:`accept` returns it, after
         checking that it lives where this object's buffers live."""
         self.check_open()
+        if type(sendbuf) is np.ndarray and self.mem is devices.HOST and \
+                sendbuf.flags.c_contiguous and \
+                sendbuf.size == self._pending.size and \
+                (sendbuf.dtype is self.given or sendbuf.dtype == self.given):
+            # the common case, a plain host array of the object's dtype and
+            # size: what the general path below gives it, without its checks
+            return (arrays.reduced_as(sendbuf.reshape(-1), self.given,
+                                      self.dtype), arrays.ARRAY)
         data = arrays.ingest(sendbuf, what)
         x = devices.flat_in_place(data.array, self.mem, self.device, what,
                                   self.name)
@@ -249,7 +279,11 @@ class Rounds:
         the caller's work on x; the caller's later work waits for it (so x
         may be reused at once).  The snapshot, queued on the same stream
         after this hold, sees the deposit."""
-        stream, mem = self.sched.stream, self.mem
+        mem = self.mem
+        if mem is devices.HOST:         # no stream to order: the common case
+            self.combine(self._pending, x, out=self._pending)
+            return
+        stream = self.sched.stream
         mem.wait_for_caller(stream)
         with mem.on(stream):
             self.combine(self._pending, x, out=self._pending)
@@ -260,93 +294,25 @@ class Rounds:
         activates everyone).  The other kinds override it.  ``wake``: see
         :meth:`partialcoll.Schedule.fire` (a fresh call waits for `rnd`)."""
         if fresh:
-            self.sched.fire(self._trigger, round=rnd, wake=wake)
+            self.fire(self._trigger, rnd, wake)
+
+    def fire(self, op, rnd, wake=True):
+        """Fire ``op`` for round ``rnd`` (counted from the object's first
+        round: the schedule counts from its own, see :meth:`recover`)."""
+        self.sched.fire(op, round=rnd - self._base, wake=wake)
+
+    def wait_round(self, rnd, timeout=None):
+        """Wait until round ``rnd`` completed here."""
+        self.sched.wait(round=rnd - self._base, timeout=timeout)
+
+    def test_round(self, rnd):
+        """Whether round ``rnd`` completed here."""
+        return self.sched.test(round=rnd - self._base)
 
     def flush(self):
         """Collective: a synchronous round; see the handle's docstring."""
         self.check_open()
         return self._synchronous_round(None)
-
-    def _synchronous_round(self, x):
-        """Every rank calls this (flush, close, the sync_every-th call).
-
-        Waiting here for a slow rank must cost that rank (nearly) nothing:
-        no round is fired on a timer (each one runs the whole allreduce on
-        every rank's progress thread; 163 rounds of 8 MiB ran while one rank
-        computed for 1 s), and this rank waits with Test() and a sleeping
-        back-off.  Yet ranks still inside a majority or quorum call may be
-        waiting for this rank's arrival, and ranks still calling must not
-        start waiting for it.  So:
-
-        1. Mark and start one round: the one pending at entry, R_e (the
-           mark is taken by R_e's snapshot here; the meta allreduce sums
-           marks, so every rank learns R_e was flush-started).  Any call
-           waiting for a round <= R_e is released: R_e starts, earlier
-           rounds have already started (this rank snapshotted them).
-        2. A rank that has seen a marked round complete and has not
-           finished this synchronous round itself is *flushing*: its fresh
-           calls start their own rounds (majority: whoever is drawn;
-           quorum: through the flush arrivals that bypass the k-of-n count)
-           until then, so a call after R_e never waits for a rank in here.
-           Every rank marks exactly one round per synchronous round, so the
-           marks seen reach P * (synchronous rounds done here) exactly when
-           everyone's marked round of this one has completed.
-        3. Wait until every rank is here (:meth:`_meet`).
-        4. The rounds anyone may still need are those before M = max of the
-           snapshot counts (>= every R_e): all start round M and wait for
-           it, so every started round is finished everywhere.  Each rank
-           first waits for round M - 1, so its bypass mark lands on M: M
-           is always marked, whoever fires it first.
-        5. Deposit x, barrier, and all start round M+1: it holds every
-           rank's x and everything still pending, and nothing else.
-        6. Take the result, barrier: no rank leaves (and starts a round with
-           its next call) before every rank has taken its result, so a
-           later round never leaks into a slower rank's synchronous result.
-        """
-        ctl, s = self.lc.ctl, self.sched
-        entry = self._deposit(None, mark=True, in_sync=True)[2]
-        s.fire(self._bypass, round=entry)
-        last = self._meet(ctl)
-        if last > 0:
-            # the bypass mark goes to this rank's pending round: make it
-            # `last` (every earlier round is snapshotted once it completed).
-            # Then whoever fires `last` first has marked it; without this
-            # wait a rank behind marked an earlier round, and `last`,
-            # fired by another rank and snapshotted here before the mark,
-            # could end up marked by no one (counted as a plain round)
-            s.wait(round=last - 1)
-        self._deposit(None, bypass=True)
-        s.fire(self._bypass, round=last, wake=False)    # waited for here
-        s.wait(round=last)
-        seq = self._deposit(x, fresh=x is not None, bypass=True)[0]
-        control.arrive(ctl)
-        s.fire(self._bypass, round=last + 1, wake=False)
-        s.wait(round=last + 1)
-        res = self.take(seq, sync=True)
-        self._epochs += 1
-        self._deposit(None, in_sync=False)    # before anyone leaves
-        control.arrive(ctl)
-        return res
-
-    def _meet(self, ctl):
-        """Step 3 of a synchronous round: wait until every rank is in it (a
-        non-blocking allreduce of this object's id, waited for with Test()
-        and sleeps; a mismatch means ranks flush different objects: an
-        error on every rank).  Returns M, the largest snapshot count."""
-        ids = np.array([self.id, -self.id], np.int64)
-        seen = np.zeros(2, np.int64)
-        control.wait_for(ctl.Iallreduce(ids, seen, op=MPI.MAX),
-                         longest=0.001)
-        if seen[0] != -seen[1]:
-            raise ScheduleError(f"flush()/close() of different objects at "
-                                f"the same time on different ranks (object "
-                                f"ids {-seen[1]}..{seen[0]}; this rank: "
-                                f"{self.id}): flush and close in the same "
-                                f"order everywhere")
-        started = np.array([self.started()], np.int64)
-        control.wait_for(ctl.Iallreduce(MPI.IN_PLACE, started, op=MPI.MAX),
-                         longest=0.001)
-        return int(started[0])
 
     def started(self):
         """Rounds this rank has started (snapshotted) so far."""
@@ -400,14 +366,20 @@ class Rounds:
     def _take_data(self, sync):
         """Under the lock: a copy of acc (with the passed-over rounds for a
         synchronous round), acc reset to the identity."""
+        if self.mem is devices.HOST:
+            return self._swap_out(sync)
         stream, mem = self.sched.stream, self.mem
         with mem.on(stream):
-            data = self._acc.copy()
-            self._acc[...] = self._identity
-            if sync and self._skipped is not None:
-                self.combine(data, self._skipped, out=data)
-                self._skipped[...] = self._identity
+            data = self._swap_out(sync)
         mem.caller_waits(stream)
+        return data
+
+    def _swap_out(self, sync):
+        data = self._acc.copy()
+        self._acc[...] = self._identity
+        if sync and self._skipped is not None:
+            self.combine(data, self._skipped, out=data)
+            self._skipped[...] = self._identity
         return data
 
     def stats(self):
@@ -425,8 +397,9 @@ class Rounds:
         if self.closed:
             return self._final("stats")
         with self.sched.data_lock():
-            return stragglers.report(self._meta, self.size, self._calls,
-                                     self._nskipped)
+            return stragglers.report(self._meta, self._members, self._calls,
+                                     self._nskipped, self._before,
+                                     self.failures)
 
     # -- housekeeping ---------------------------------------------------
     @property
@@ -435,27 +408,42 @@ class Rounds:
         ``close()``: when it was closed)."""
         if self.closed:
             return self._final("rounds")
-        return self.sched.rounds
+        return self._base + self.sched.rounds
 
     def close(self):
         """Collective: a final synchronous round (its :class:`PartialResult`
         is returned: nothing pending is lost), then free.  Idempotent."""
         if self.closed:
             return None
-        res = self.flush()
+        try:
+            res = self.flush()
+        except RankFailedError:
+            self._free()        # no round can end: close here alone
+            raise
         self._free()
         return res
+
+    def abandon(self):
+        """Free this rank's part alone, with no collective: after a
+        :class:`~partialcoll.RankFailedError`, when the communicator is
+        revoked and no synchronous round can end.  Idempotent."""
+        if not self.closed:
+            self._free()
 
     def quiesce_and_free(self):
         """At interpreter exit, collectively over this object's ranks: keep
         every started round going until all ranks agree none is in flight,
         so no send is left that MPI_Finalize would wait for; then free."""
+        if self._failed is not None:    # a death it did not carry on past
+            self._free()
+            return
         try:
             while True:
                 flag = np.array([1 if self.sched.busy else 0], np.int64)
                 out = np.zeros(1, np.int64)
                 control.wait_for(self.lc.ctl.Iallreduce(flag, out,
-                                                        op=MPI.MAX))
+                                                        op=MPI.MAX),
+                                 comm=self.lc.ctl)
                 if out[0] == 0:
                     return
         finally:
@@ -486,54 +474,32 @@ class Rounds:
         return "any rank's call"
 
     def warn_waiting(self, rnd, seconds):
-        """Log, once per object, that a call has waited ``seconds`` for
-        round ``rnd``, what the round waits for, and the likely cause."""
+        """Say, once per object, that a call has waited ``seconds`` for
+        round ``rnd``, what the round waits for, and the likely cause: in
+        the log, or as a :class:`~partialcoll.StallWarning` where the
+        program has not configured logging (the wait may never end; a
+        level above WARNING on the ``partialcoll`` logger silences
+        both)."""
         self.warned_wait = True
-        log.warning(
-            "%s: rank %d has waited %g s for round %d, which waits for %s. "
-            "If a rank it needs has entered another collective (an mpi4py "
-            "collective, comm.Barrier(), another library's) without "
-            "pc.flush_partials(comm) first, this wait cannot end: flush "
-            "the partial collectives before other collectives (the docs' "
-            "lifecycle page)", self.name, self.rank, seconds, rnd,
-            self.waits_for(rnd))
+        text = (f"{self.name}: rank {self.rank} has waited {seconds:g} s "
+                f"for round {rnd}, which waits for {self.waits_for(rnd)}. "
+                "If a rank it needs has entered another collective (an "
+                "mpi4py collective, comm.Barrier(), another library's) "
+                "without pc.flush_partials(comm) first, this wait cannot "
+                "end: flush the partial collectives before other "
+                "collectives (the docs' lifecycle page)")
+        if logs.shown(log):
+            log.warning("%s", text)
+        else:
+            warnings.warn(text, StallWarning, stacklevel=2)
 
     def check_open(self):
-        """Raise ScheduleError if the object is closed."""
+        """Raise ScheduleError if the object is closed (RankFailedError if
+        a rank died and it does not carry on)."""
+        if self._failed is not None:
+            raise self._failed
         if self.closed:
             raise ScheduleError(f"this {self.name} is closed")
-
-
-class RoundsRequest(Request):
-    """The request of a call that waits for round ``rnd``."""
-
-    def __init__(self, rounds, rnd, seq):
-        self._rounds, self._round, self._seq = rounds, rnd, seq
-        self._res = None
-
-    def test(self):
-        """True when the round completed (``wait()`` then returns at once)."""
-        return self._res is not None or \
-            self._rounds.sched.test(round=self._round)
-
-    def wait(self, timeout=None):
-        """Wait for the round and return the :class:`PartialResult`.  A
-        wait with no timeout that lasts ``PARTIALCOLL_WAIT_WARN_S`` seconds
-        (10) logs, once per object, what the round waits for."""
-        if self._res is None:
-            sched, rnd = self._rounds.sched, self._round
-            patience = self._rounds.patience
-            if timeout is None and patience > 0 and \
-                    not self._rounds.warned_wait:
-                try:
-                    sched.wait(round=rnd, timeout=patience)
-                except WaitTimeout:
-                    self._rounds.warn_waiting(rnd, patience)
-                    sched.wait(round=rnd)
-            else:
-                sched.wait(round=rnd, timeout=timeout)
-            self._res = self._rounds.take(self._seq)
-        return self._res
 
 
 # creation order -> open Rounds (strong references)
@@ -561,6 +527,14 @@ def dropped(rounds):
         "other ranks can still use it, until a collective close: "
         "pc.close_partials(comm) or interpreter exit. Call close() "
         "(collective) or use it as a context manager.", rounds.label)
+
+
+@libcomm.register("on_shrink")
+def _shrunk(lc, dead, survivors):
+    """Ranks of lc died: every open object on it goes on over the survivors
+    (:meth:`Rounds.recover`), in creation order, the same on each."""
+    for r in open_rounds(lc):
+        r.recover(dead, survivors)
 
 
 @libcomm.register("at_exit")

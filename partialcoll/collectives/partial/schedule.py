@@ -2,7 +2,13 @@
 every round (the protocol that drives it is in :mod:`.rounds`)::
 
     activation ──> snapshot (locked) ──> allreduce(data, op) ──┐
-        │                           └──> allreduce(flag, SUM) ──┴─> accumulate (locked)
+                                    └──> allreduce(flag, SUM) ──┴─> accumulate (locked)
+
+Up to the recursive-doubling threshold (host memory) the two allreduces
+are one: the flags ride in the data's messages (the data, padded to 8
+bytes, then the int64 flags, in one buffer), each received message
+reduced twice (data with op, flags with SUM).  Larger data runs its own
+algorithm beside a recursive doubling of the flags.
 
 * activation: who may start a round.
   - solo: every rank's trigger T (stamped with the round) starts it; the
@@ -19,11 +25,14 @@ every round (the protocol that drives it is in :mod:`.rounds`)::
   mark_P-1] -> meta (then reset: late is 1 in this rank's own slot unless
   it is inside a synchronous round; a flush or bypass mark sets every
   mark_i), deposit sequence number -> round_seq, snapshots += 1.
-* meta allreduce (SUM of 3 + 2P int64): [ranks with fresh data, ranks whose
-  synchronous round started this round (flush marks), ranks that started it
-  while someone was flushing (bypass marks), then per rank: 1 if it was late,
-  then the marks again, P times (a vector, to mask the late flags)].
-* accumulate, under the lock: acc <- acc op result (catch-up), or
+* meta (flags) allreduce (SUM of 3 + 2P int64): [ranks with fresh data,
+  ranks whose synchronous round started this round (flush marks), ranks
+  that started it while someone was flushing (bypass marks), then per
+  rank: 1 if it was late, then the marks again, P times (a vector, to mask
+  the late flags)].
+* accumulate, under the lock: (with the fault-tolerance extensions in
+  use: last <- result, for a survivor that did not complete the round
+  when a rank died) acc <- acc op result (catch-up), or
   skipped <- skipped op acc; acc <- result (latest only: nothing is lost,
   a synchronous round returns `skipped`), rounds-accumulated += 1,
   acc_seq <- round_seq, last_active <- fresh count, last_flush <- flush
@@ -34,6 +43,7 @@ every round (the protocol that drives it is in :mod:`.rounds`)::
 """
 import numpy as np
 
+from ...core.devices import HOST
 from ...core.ops import OPS
 from ...core.schedule import Schedule
 from ..algorithm import choose_algorithm, tmp_size
@@ -42,13 +52,14 @@ from ..context import BuildContext
 
 SUM, LXOR, PROD = OPS["SUM"], OPS["LXOR"], OPS["PROD"]
 #: the int64 buffers of an object's bookkeeping (see the module docstring)
-META = ("flag", "reset", "one", "meta_send", "meta_recv", "dep_seq",
+META = ("flag", "reset", "one", "meta_send", "dep_seq",
         "round_seq", "acc_seq", "acc_rounds", "last_active", "snaps",
         "prev_seq", "acc_lo", "last_flush", "last_bypass", "flush_total",
         "stat_rounds", "late_total", "lag", "lag_total", "plain", "late",
         "ones")
-#: those of 3 + 2P elements (the flags and the meta allreduce's buffers)
-FLAGS = ("flag", "reset", "meta_send", "meta_recv")
+#: those of 3 + 2P elements (the flags, and what the meta allreduce sends;
+#: its result and scratch belong to the schedule, see :func:`build`)
+FLAGS = ("flag", "reset", "meta_send")
 #: those of P elements (the straggler counters)
 PER_RANK = ("late_total", "lag", "lag_total", "plain", "late", "ones")
 
@@ -154,7 +165,10 @@ class RoundSpec:
     """What a round's schedule is built from: the communicator (the
     library's duplicate) and this rank's place in it, the reduction, the
     object's arrays (``pending``, ``identity``, ``acc``, ``skipped`` or
-    None for catch-up, ``meta``: :func:`meta_buffers`), ``mem`` (their
+    None for catch-up, ``send``: where a round's snapshot goes, ``last``:
+    None, or where each completed round's result is copied, for a rank
+    that did not complete it after a death, ``meta``:
+    :func:`meta_buffers`), ``mem`` (their
     backend), ``algorithm`` (None: the heuristic), ``priority``,
     ``stamp_id``, its tag block from ``tag0`` and ``activate``
     (``activate(s, P, rank, tags)`` -> :class:`Activation`)."""
@@ -174,27 +188,56 @@ def build(spec):
     b["pending"] = s.buffer(spec.pending, name="pending")
     b["identity"] = s.buffer(spec.identity, name="identity")
     b["acc"] = s.buffer(spec.acc, name="acc")
-    b["send"] = s.buffer(mem.empty(n, spec.dtype), name="send")
-    b["recv"] = s.buffer(mem.empty(n, spec.dtype), name="recv")
-    b["meta_tmp"] = s.buffer(np.zeros(3 + 2 * P, np.int64), name="meta_tmp")
+    b["send"] = s.buffer(spec.send, name="send")
+    if spec.last is not None:
+        b["last"] = s.buffer(spec.last, name="last")
     if spec.skipped is not None:
         b["skipped"] = s.buffer(spec.skipped, name="skipped")
     algo = choose_algorithm(n * spec.dtype.itemsize, n, P, spec.algorithm)
-    tmp = s.buffer(mem.empty(tmp_size(algo, n, P), spec.dtype), name="tmp")
     tags = tag_layout(P, spec.tag0)
     act = spec.activate(s, P, rank, tags)
     snap = _snapshot(s, b, act.done)
     first = len(s)
-    BUILDERS[algo](s, BuildContext(P, rank, b["send"], b["recv"], tmp,
-                                   spec.op, after=[snap], tag0=tags["data"]))
-    build_recursive_doubling(s, BuildContext(
-        P, rank, b["meta_send"], b["meta_recv"], b["meta_tmp"], SUM,
-        after=[snap], tag0=tags["meta"]))
+    if algo == "recursive_doubling" and mem is HOST:
+        # one pass: the bookkeeping rides in the data's messages
+        wire = []
+        for name in ("recv", "tmp"):
+            data, meta, packed = _packed(n, spec.dtype, 3 + 2 * P)
+            b[name], b["meta_" + name] = (
+                s.buffer(data, name=name), s.buffer(meta, name="meta_" + name))
+            wire.append(s.buffer(packed, name=name + "_wire"))
+        build_recursive_doubling(s, BuildContext(
+            P, rank, b["send"], b["recv"], b["tmp"], spec.op, after=[snap],
+            tag0=tags["data"], wire=tuple(wire),
+            riders=[(b["meta_send"], b["meta_recv"], b["meta_tmp"], SUM)]))
+    else:
+        b["recv"] = s.buffer(mem.empty(n, spec.dtype), name="recv")
+        b["meta_recv"] = s.buffer(np.zeros(3 + 2 * P, np.int64),
+                                  name="meta_recv")
+        b["meta_tmp"] = s.buffer(np.zeros(3 + 2 * P, np.int64),
+                                 name="meta_tmp")
+        tmp = s.buffer(mem.empty(tmp_size(algo, n, P), spec.dtype),
+                       name="tmp")
+        BUILDERS[algo](s, BuildContext(P, rank, b["send"], b["recv"], tmp,
+                                       spec.op, after=[snap],
+                                       tag0=tags["data"]))
+        build_recursive_doubling(s, BuildContext(
+            P, rank, b["meta_send"], b["meta_recv"], b["meta_tmp"], SUM,
+            after=[snap], tag0=tags["meta"]))
     done = s.nop(after=list(range(first, len(s))))
     c = _accumulate(s, b, spec.op, done)
     _count_stragglers(s, b, P, c)
     s.commit()
     return s, act
+
+
+def _packed(n, dtype, m):
+    """n elements of ``dtype`` and m int64 back to back (the int64 aligned),
+    as (the data's view, the int64 view, the whole as bytes)."""
+    nbytes = n * dtype.itemsize
+    off = -(-nbytes // 8) * 8
+    packed = np.zeros(off + 8 * m, np.uint8)
+    return packed[:nbytes].view(dtype), packed[off:].view(np.int64), packed
 
 
 def _snapshot(s, b, act):
@@ -211,8 +254,11 @@ def _snapshot(s, b, act):
 
 def _accumulate(s, b, op, done):
     """Under the lock: the round's result into ``acc`` (catch-up) or in
-    place of it (latest only, the one it replaces into ``skipped``), and
-    the round's bookkeeping from the meta sums."""
+    place of it (latest only, the one it replaces into ``skipped``), kept
+    in ``last`` too where there is one, and the round's bookkeeping from
+    the meta sums."""
+    if "last" in b:
+        done = s.copy(b["last"], b["recv"], after=[done], locked=True)
     if "skipped" not in b:
         c = s.reduce(b["acc"], b["recv"], op, after=[done], locked=True)
     else:

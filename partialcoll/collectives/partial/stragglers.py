@@ -57,16 +57,24 @@ class StragglerWatch:
                       ", ".join(map(str, slow.tolist())), span)
 
 
-def report(meta, size, calls, skipped):
+def report(meta, members, calls, skipped, before=None, failures=()):
     """The straggler report from an object's bookkeeping buffers ``meta``
-    (read under its data lock): see
-    :meth:`~partialcoll.collectives.partial.PartialAllreduce.stats`."""
-    n = int(meta["stat_rounds"][0])
-    late, lag = meta["late_total"], meta["lag_total"]
-    share = late / n if n else np.zeros(size)
-    mean_lag = lag / n if n else np.zeros(size)
+    (read under its data lock), whose members are the ranks ``members`` of
+    the user's communicator: see
+    :meth:`~partialcoll.collectives.partial.PartialAllreduce.stats`.
+    ``before``: the counts of the rounds before ranks died (``rounds``,
+    and ``late`` and ``lag`` by rank), ``failures``: who died when."""
+    before = before or {"rounds": 0, "late": {}, "lag": {}}
+    late, lag = dict(before["late"]), dict(before["lag"])
+    for i, g in enumerate(members):
+        late[g] = late.get(g, 0) + int(meta["late_total"][i])
+        lag[g] = lag.get(g, 0) + int(meta["lag_total"][i])
+    n = int(meta["stat_rounds"][0]) + before["rounds"]
+    ranks = range(max(late) + 1)
+    share = np.array([late.get(g, 0) / n if n else 0.0 for g in ranks])
+    mean_lag = [lag.get(g, 0) / n if n else 0.0 for g in ranks]
     return {"rounds": n, "calls": calls,
             "late_share": [round(float(v), 4) for v in share],
             "mean_lag": [round(float(v), 3) for v in mean_lag],
             "slowest": int(np.argmax(share)) if n else None,
-            "skipped": skipped}
+            "skipped": skipped, "failures": [dict(f) for f in failures]}

@@ -38,6 +38,8 @@ from .roles import (CTL, Applier, DataTags, Stats, async_programs,
 class Server:
     """Rank 0: the model, the scheduler, the applies."""
 
+    on_commit = None    # on_commit(version) after each commit (train())
+
     def __init__(self, cfg, model, optimizer, roles, dcomm, ctl, clock):
         self.cfg, self.model, self.opt, self.roles = cfg, model, optimizer, \
             roles
@@ -335,6 +337,8 @@ class Server:
                 self.guard.applied(members)
             self.models.record(self.w)
             self.checkpoints.after(self.version, self.w, self.momentum)
+            if self.on_commit is not None:
+                self.on_commit(self.version)
         for g, d in zip(members, delays):
             st.applied[g.uid] += 1
             st.delays[d if self.cfg.mode != "mlfabric-s" else 0] += 1

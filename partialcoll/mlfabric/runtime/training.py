@@ -6,14 +6,15 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-from ...core import clock
+from ...core import clock, failures
 from ...core.checks import check_comm
+from ...core.engine import now
 from .config import RunConfig
 from .optim import SGD
 from .roles import CTL, Roles, TrainingError, ctl_messages
 from .server import Replica, Server, max_divergence
 from .worker import Worker
-from ...core.errors import ScheduleError
+from ...core.errors import RankFailedError, ScheduleError
 
 
 class RunResult:
@@ -61,7 +62,18 @@ class RunResult:
             (``checkpoint_every``) took.
         comm: MLfabric-S only: seconds per iteration from planning (all
             updates ready) to the last apply.
+        takeover: None, or where the server died and the replica took
+            over (see :func:`train`): {"dead" (the server's rank),
+            "replica" (the replica's rank, now the server), "version"
+            (updates the replica had applied: the model training went on
+            from), "detected_at" (when the first survivor learnt of the
+            death) and "resumed_at" (when the last one restarted over the
+            survivors), on the executor's clock
+            (:func:`partialcoll.now`)}; the rest of the result is that of
+            the run that went on.
     """
+
+    takeover = None
 
     def __init__(self, **kw):
         self.__dict__.update(kw)
@@ -72,7 +84,8 @@ class RunResult:
             f"{k}={getattr(self, k)!r}" for k in keys) + ")"
 
 
-def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
+def train(model, optimizer=None, comm=None, mode="mlfabric", on_commit=None,
+          **settings):
     """Train ``model`` on a parameter server: rank 0 is the server (and
     the scheduler), the last rank the replica when ``replica=True``, the
     others workers.  Collective over ``comm`` (default COMM_WORLD); run it
@@ -86,6 +99,9 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
         mode: "mlfabric" (ordering, aggregation, replication), "async"
             (plain asynchronous PS) or "mlfabric-s" (synchronous
             aggregation, section 6).
+        on_commit: None, or ``on_commit(version)``, called on the server
+            after each commit it applies, with the updates applied so far
+            (progress, or a benchmark's fault injection).
         settings: the run's settings, checked up front: ``tau_max``,
             ``aggregators``, ``distributors``, ``replica``, ``duration``
             and the rest; see :class:`~partialcoll.mlfabric.runtime.config.RunConfig`.
@@ -99,6 +115,17 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
     every rank raises :class:`~.roles.TrainingError` naming the rank and
     its error.
 
+    With ``replica=True``, under MPI's fault-tolerance extensions
+    (:func:`partialcoll.fault_tolerance`), a server that dies is replaced:
+    the survivors shrink the communicator, the replica becomes the server
+    (rank 0 of the survivors) with its model, its momentum and its count
+    of applied updates, and training goes on, without a replica, for what
+    is left of ``duration`` or ``max_updates``.  The updates the server
+    had applied and the replica not (at most what Div_max allows) are
+    lost; the workers' updates in flight are dropped.  ``RunResult.takeover``
+    says when and from which version.  Any other death raises
+    :class:`~partialcoll.RankFailedError` on every survivor.
+
     Example::
 
         model = SoftmaxRegression(features=64, classes=8)
@@ -109,20 +136,92 @@ def train(model, optimizer=None, comm=None, mode="mlfabric", **settings):
     cfg = RunConfig(mode=mode, **settings)
     optimizer = optimizer or SGD(0.1)
     comm = check_comm(comm)
+    return _run(model, optimizer, comm, cfg, settings, on_commit)
+
+
+def _run(model, optimizer, comm, cfg, settings, on_commit, momentum=None):
     roles = Roles(comm.size, cfg.replica)
     _check_listed_ranks(cfg, roles)
     dcomm, ctl = comm.Dup(), comm.Dup()
+    failed = False
     try:
         start = ctl.bcast(check_same_model(ctl, model), root=0)
         model.params = start
         role = _role(comm.rank, roles)(cfg, model, optimizer, roles, dcomm,
                                        ctl, clock.of(comm))
+        if momentum is not None and \
+                getattr(role, "momentum", None) is not None:
+            role.momentum.h[...] = momentum
+        if comm.rank == roles.server:
+            role.on_commit = on_commit
         t0 = MPI.Wtime()
-        final = role.run()
+        try:
+            final = role.run()
+        except Exception as e:
+            if not isinstance(e, RankFailedError) and \
+                    not failures.is_rank_failure(e):
+                raise
+            failed = True
+            return _take_over(model, optimizer, comm, cfg, settings,
+                              on_commit, role, roles, t0, e)
         return _share_result(ctl, role, roles, cfg, final, MPI.Wtime() - t0)
     finally:
-        dcomm.Free()
-        ctl.Free()
+        if not failed:      # a revoked communicator is never freed
+            dcomm.Free()
+            ctl.Free()
+
+
+def _take_over(model, optimizer, comm, cfg, settings, on_commit, role, roles,
+               t0, error):
+    """A rank died during the run (``error``, this rank's first sign):
+    collective over the survivors.  The replica goes on as the server (see
+    :func:`train`); any other death raises RankFailedError."""
+    t_detect = now()
+    failures.revoke([role.dcomm, role.ctl])
+    try:
+        survivors = comm.Shrink()
+        survivors.Set_errhandler(MPI.ERRORS_RETURN)
+        dead = sorted(set(range(comm.size)) -
+                      set(failures.translate(survivors, comm)))
+        first = survivors.allreduce(t_detect, op=MPI.MIN)
+    except MPI.Exception as e:
+        raise failures.rank_failure(e, comm, "the survivors' agreement") \
+            from e
+    if dead != [roles.server] or roles.replica is None:
+        raise RankFailedError(
+            f"rank(s) {', '.join(map(str, dead))} died during training: "
+            f"only a server with a replica is taken over", tuple(dead)) \
+            from error
+    me = comm.rank
+    new = survivors.Split(0, 0 if me == roles.replica else me + 1)
+    new.Set_errhandler(MPI.ERRORS_RETURN)
+    state = None
+    if me == roles.replica:
+        state = {"w": role.w.copy(), "version": role.version,
+                 "h": None if role.momentum is None else
+                 role.momentum.h.copy()}
+    state = new.bcast(state, root=0)
+    model.params = state["w"]
+    again = dict(settings, replica=False)
+    for k in ("replica_aggregators", "div_max"):
+        again.pop(k, None)
+    used = MPI.Wtime() - t0
+    if cfg.duration is not None:
+        again["duration"] = max(cfg.duration - used, cfg.batch_interval)
+    if cfg.max_updates is not None:
+        again["max_updates"] = max(cfg.max_updates - state["version"], 1)
+    if isinstance(cfg.aggregators, list):     # worker ranks, renumbered
+        old = failures.translate(new, comm)   # new rank -> rank in comm
+        again["aggregators"] = [old.index(r) for r in cfg.aggregators]
+    resumed = now()
+    later = None if on_commit is None else \
+        (lambda v: on_commit(state["version"] + v))    # the whole run's
+    result = _run(model, optimizer, new, RunConfig(mode=cfg.mode, **again),
+                  again, later, state["h"])
+    result.takeover = {"dead": roles.server, "replica": roles.replica,
+                       "version": state["version"], "detected_at": first,
+                       "resumed_at": new.allreduce(resumed, op=MPI.MAX)}
+    return result
 
 
 def _check_listed_ranks(cfg, roles):
