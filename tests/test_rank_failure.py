@@ -334,6 +334,91 @@ def test_torch_training_carries_on_with_one_model(mpi_script, front, mode):
         np.testing.assert_allclose(v, w[0], rtol=1e-5, atol=1e-6)
 
 
+LATE_TAKER = '''
+import json, os, time
+import numpy as np
+from mpi4py import MPI
+from partialcoll.eager import EagerAverager
+
+world = MPI.COMM_WORLD
+rank, P = world.rank, world.size
+victim, late = P - 1, 1
+avg = EagerAverager([np.zeros(4)], mode="solo", overlap=True)
+g = np.full(4, 1.0 + rank)
+total = np.zeros(4)
+
+
+def add(out):
+    global total
+    if out is not None:
+        total = total + out[0][0]
+
+
+def failed():
+    group = world.Get_failed()
+    try:
+        return group.Get_size() > 0
+    finally:
+        group.Free()
+
+
+for step in range(3):
+    add(avg.reduce([g]))
+add(avg.flush())                  # every round so far taken everywhere
+world.Barrier()
+late_size = None
+if rank == late:
+    # hand the gradient over (its round starts and completes here on the
+    # progress thread, with the victim's), then keep away from the averager
+    # until the next round, started by another survivor, has failed here:
+    # the wait for the round that completed then joins the survivors'
+    # recovery first, and takes that round after it, in the smaller group
+    avg.offer(0, g)
+    while not failed():
+        MPI.COMM_SELF.Iprobe()    # MPI calls: heartbeats for the detector
+        time.sleep(0.001)
+    t = time.monotonic() + 2.0
+    while time.monotonic() < t:
+        MPI.COMM_SELF.Iprobe()
+        time.sleep(0.001)
+    add(avg.reduce([None]))
+    late_size = avg.group_size
+else:
+    add(avg.reduce([g]))          # takes that round before the death
+    if rank == victim:
+        os._exit(3)
+    add(avg.reduce([g]))          # meets the death
+size = avg.group_size
+add(avg.close())
+print(json.dumps({"rank": rank, "total": total.tolist(), "size": size,
+                  "late_size": late_size}), flush=True)
+MPI.COMM_WORLD.Shrink().Barrier()
+os._exit(0)
+'''
+
+
+def test_eager_survivors_apply_a_round_alike_before_or_after_recovery(
+        mpi_script):
+    """eager-SGD averaging in solo mode: a round that completed with the
+    victim's gradient is taken by some survivors before they learn of the
+    death and by another only after it joined the survivors' recovery
+    (its wait for that round met the failure of the next one).  Every
+    survivor applies it alike: the averages add up to the same total on
+    each (dividing a round by the group size at the step that applies it
+    gave the late one that round over 3 ranks, the others over 4)."""
+    rc, out, err, secs = mpi_script(LATE_TAKER, n=4, timeout=90,
+                                    launcher=ULFM)
+    assert rc != 124, f"the job hung:\n{out}\n{err[-3000:]}"
+    lines = [json.loads(s) for s in out.splitlines() if s.startswith("{")]
+    got = {d["rank"]: d for d in lines}
+    assert sorted(got) == [0, 1, 2], (out, err[-3000:])
+    # the late survivor took the round after its recovery
+    assert got[1]["late_size"] == 3, got[1]
+    totals = [np.array(d["total"]) for d in got.values()]
+    for t in totals:
+        np.testing.assert_allclose(t, totals[0], rtol=1e-12, atol=0)
+
+
 MLFABRIC = '''
 import json, os
 from mpi4py import MPI

@@ -12,6 +12,14 @@ folded into a later step's result, or at the latest in :meth:`flush`.  Each
 result is divided by the world size P (not by the number of active
 processes), so over a run every rank applies sum(all gradients) / P, exactly
 what synchronous SGD applies, only at different steps.
+
+Once a rank died and the partial modes carried on over the S survivors,
+a gradient handed over from then on is scaled by P / S before it is
+reduced, so it counts 1/S.  The scale goes with the gradient into its
+round, never with the step that applies the round: around a death the
+survivors apply some rounds at different steps (one before it joined the
+survivors' recovery, another after), and every survivor must apply every
+round alike.
 """
 from __future__ import annotations
 
@@ -428,9 +436,17 @@ class EagerAverager:
             self._pack_one(i, a, checked=True)
 
     def _predivide(self, buckets):
-        if self.predivide != 1:
+        """Divide the gradients about to be reduced by the predivide factor
+        f and, once the partial modes carried on over fewer ranks than P,
+        by S / P as well (S: :attr:`group_size`); the result of their round
+        is divided by P / f whenever it is applied (:meth:`_unpack`)."""
+        d = self.predivide
+        S = self.group_size
+        if self.op == "average" and S != self.size:
+            d = d * S / self.size
+        if d != 1:
             for b in buckets:
-                b.send /= self.predivide
+                b.send /= d
 
     def _launch_ready(self):
         """Start every complete bucket from the next one on, in order;
@@ -544,17 +560,21 @@ class EagerAverager:
     @property
     def group_size(self) -> int:
         """How many ranks are averaged over (``size``, or the survivors
-        once a rank died, as the partial modes carry on without it)."""
+        once a rank died, as the partial modes carry on without it): a
+        gradient handed over from then on counts 1 / group_size."""
         coll = next((b.coll for b in self._buckets if b.coll is not None),
                     None)
         return self.size if coll is None or coll.closed else coll.size
 
     def _unpack(self, flat_per_bucket):
         out = [None] * len(self.specs)
-        P = self.group_size
         for b, flat in zip(self._buckets, flat_per_bucket):
-            if self.op == "average":    # the rest of the division by P
-                flat /= P / self.predivide
+            # the rest of the division by P: P, never the group size now
+            # (gradients handed over after a death were scaled for the
+            # survivors, see _predivide): a round of the former group may
+            # be applied here after this rank's recovery, elsewhere before
+            if self.op == "average":
+                flat /= self.size / self.predivide
             for i, off, n, shape in b.members:
                 out[i] = flat[off:off + n].reshape(shape)
         return out
