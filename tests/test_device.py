@@ -101,9 +101,16 @@ def _values(dtype, n, seed):
     return v.astype(dtype)
 
 
-def test_allreduce_equals_numpy_every_op_and_dtype(dev, path):
+@pytest.mark.parametrize("through_host", [False, True],
+                         ids=["device-reductions", "through-host"])
+def test_allreduce_equals_numpy_every_op_and_dtype(dev, path, through_host,
+                                                  monkeypatch):
     """Device results equal the host (NumPy) results bit for bit, for every
-    op/dtype pair, and come back as device arrays."""
+    op/dtype pair, and come back as device arrays: with the reductions on
+    the device (every kernel), and through pinned host memory (the staged
+    path's small messages)."""
+    monkeypatch.setenv("PARTIALCOLL_GPU_HOST_BYTES",
+                       str(1 << 20) if through_host else "0")
     checked = 0
     for op in OPS.values():
         for dt in DTYPES:
@@ -130,8 +137,10 @@ def test_allreduce_equals_numpy_every_op_and_dtype(dev, path):
 def test_algorithms_chunked_inplace_and_nonblocking(dev, path, algorithm,
                                                     monkeypatch):
     """Every algorithm, with staged messages cut into many 40-byte pieces
-    (same peer and tag), in place and non-blocking."""
+    (same peer and tag), in place and non-blocking (none reduced in host
+    memory: that is the next test's)."""
     monkeypatch.setenv("PARTIALCOLL_GPU_CHUNK_BYTES", "40")
+    monkeypatch.setenv("PARTIALCOLL_GPU_HOST_BYTES", "0")
     for n in (1, 5, 1001):
         x = np.arange(n, dtype=np.float64) + RANK
         want = pc.allreduce(x.copy(), algorithm=algorithm)
@@ -145,6 +154,79 @@ def test_algorithms_chunked_inplace_and_nonblocking(dev, path, algorithm,
         assert pc.iallreduce(dev.to(x), out, op=pc.MAX,
                              algorithm=algorithm).wait() is out
         assert np.array_equal(dev.host(out), np.arange(n) + P - 1.0)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_small_staged_allreduce_is_reduced_on_the_host(dev, algorithm,
+                                                      monkeypatch):
+    """A staged allreduce of at most PARTIALCOLL_GPU_HOST_BYTES copies its
+    input out once and the result back once and runs no device reduction;
+    one byte over, every message is staged and reduced on the device.  The
+    results are the host allreduce's, bit for bit, in place and not."""
+    if P == 1:
+        pytest.skip("one rank communicates nothing")
+    devices.set_gpu_path("staged")
+    try:
+        for limit, n in ((8 * 1001, 1001), (8 * 1001 - 1, 1001), (None, 3)):
+            if limit is None:
+                monkeypatch.delenv("PARTIALCOLL_GPU_HOST_BYTES",
+                                   raising=False)
+            else:
+                monkeypatch.setenv("PARTIALCOLL_GPU_HOST_BYTES", str(limit))
+            mirrored = limit is None or limit >= 8 * n
+            x = np.random.default_rng(RANK + n).standard_normal(n)
+            want = pc.allreduce(x.copy(), algorithm=algorithm)
+            for inplace in (False, True):
+                before, sched = None, None
+                for _ in range(2):      # the second call reuses the first's
+                    d = dev.to(x)
+                    req = (pc.iallreduce(MPI.IN_PLACE, d, algorithm=algorithm)
+                           if inplace else
+                           pc.iallreduce(d, algorithm=algorithm))
+                    got = req.wait()
+                    assert np.array_equal(dev.host(got), want)
+                    if sched is None:
+                        sched = req.schedule
+                        before = dict(sched.device_stats)
+                assert req.schedule is sched
+                after = sched.device_stats
+                moved = {k: after[k] - before.get(k, 0) for k in after}
+                if mirrored:
+                    assert moved["reductions"] == 0, moved
+                    assert moved["d2h"] == moved["h2d"] == 8 * n, moved
+                else:       # (a rank folded out reduces nothing)
+                    assert COMM.allreduce(moved["reductions"]) > 0, moved
+    finally:
+        devices.set_gpu_path(None)
+
+
+def test_small_blocking_allreduce_runs_on_the_calling_thread(dev, path):
+    """On the staged path a blocking allreduce of at most
+    PARTIALCOLL_GPU_HOST_BYTES builds no device schedule: the calling
+    thread copies the input to pinned host memory, runs the host allreduce
+    and copies the result back.  Same bits as the host's, in place and
+    into a recvbuf; a larger one, or the CUDA-aware path, takes a device
+    schedule."""
+    from partialcoll.collectives.pool import POOL
+
+    def device_schedule(count):     # a pooled schedule of count on dev
+        return any(sig[1] == count and sig[5] and sig[5][0] == dev.name
+                   for sig in POOL.signatures())
+
+    n = 5003                        # a count no other test uses
+    x = np.random.default_rng(RANK).standard_normal(n)
+    want = pc.allreduce(x.copy())
+    d = dev.to(x)
+    out = dev.to(np.zeros(n))
+    assert pc.allreduce(d, out) is out
+    assert np.array_equal(dev.host(out), want)
+    assert pc.allreduce(MPI.IN_PLACE, d) is d
+    assert np.array_equal(dev.host(d), want)
+    assert device_schedule(n) == (path != "staged" and P > 1)
+    big = np.ones((256 << 10) // 8 + 1) * RANK
+    got = dev.host(pc.allreduce(dev.to(big)))
+    assert np.array_equal(got, np.ones(big.size) * P * (P - 1) / 2)
+    assert device_schedule(big.size) == (P > 1)
 
 
 def _exchange(dev, n):

@@ -9,12 +9,13 @@ one call into C.
 """
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-from ..core import libcomm
+from ..core import devices, libcomm
 from ..core.buffers import Buffer
 from ..core.checks import check_comm
 from ..core.ops import OPS, Op, OpLike, as_op, is_average
@@ -193,7 +194,11 @@ def allreduce(sendbuf: Buffer, recvbuf: Buffer = None, op: OpLike = SUM,
         allreduce(call.send, call.recv, call.op, comm, algorithm, priority,
                   _STAGED)
         return call.finish()
-    if device_of(sendbuf, recvbuf) is not None:
+    be = device_of(sendbuf, recvbuf)
+    if be is not None:
+        if _through_host(sendbuf, recvbuf):
+            return _allreduce_through_host(be, sendbuf, recvbuf, op, comm,
+                                           algorithm, priority)
         return _iallreduce(sendbuf, recvbuf, op, comm, algorithm,
                            priority).wait()
     send, recv, result, lc, entry, tags = _select(sendbuf, recvbuf, op, comm,
@@ -210,6 +215,51 @@ def allreduce(sendbuf: Buffer, recvbuf: Buffer = None, op: OpLike = SUM,
         lc.cache.setdefault("allreduce.plans", {})[
             (send.dtype, send.size, as_op(op), algorithm, send is recv,
              priority)] = Plan(lc, entry)
+    return result
+
+
+def _through_host(sendbuf, recvbuf):
+    """Whether a blocking allreduce of these device buffers goes through
+    pinned host memory on the calling thread: the staged path, and at most
+    ``PARTIALCOLL_GPU_HOST_BYTES``."""
+    data = recvbuf if sendbuf is MPI.IN_PLACE else sendbuf
+    nbytes = getattr(data, "nbytes", None)
+    return (nbytes is not None and nbytes <= devices.host_bytes()
+            and devices.gpu_path() == "staged")
+
+
+#: pinned host buffers of _allreduce_through_host, (device, dtype, count)
+#: -> [(in, out)]; at most _PINNED_KEPT signatures, least recent dropped
+_PINNED: collections.OrderedDict = collections.OrderedDict()
+_PINNED_KEPT = 16
+
+
+def _allreduce_through_host(be, sendbuf, recvbuf, op, comm, algorithm,
+                            priority):
+    """A small blocking allreduce of device buffers on the staged path, on
+    the calling thread: the input copied into pinned host memory (on the
+    caller's current stream, after the work queued there, and waited for),
+    the host allreduce (its cached fast path), the result copied back
+    (waited for).  Two device copies and no hand-over: through the
+    executor, every device operation of the round would be seen complete
+    only when the progress thread next polls it.  The result is the host
+    algorithm's, the same bits as the device's."""
+    send, recv, result, op, comm = prepare_device(be, sendbuf, recvbuf, op,
+                                                  comm)
+    key = (be.name, be.device_id(send), send.dtype.str, send.size)
+    free = _PINNED.get(key)
+    if free:        # taken while in use: another thread makes its own
+        h_in, h_out = free.pop()
+    else:
+        h_in, h_out = (be.pinned(send.size, send.dtype),
+                       be.pinned(send.size, send.dtype))
+    be.copy_to_host(send, h_in)
+    allreduce(h_in, h_out, op, comm, algorithm, priority)
+    be.copy_from_host(h_out, recv)
+    _PINNED.setdefault(key, []).append((h_in, h_out))
+    _PINNED.move_to_end(key)
+    while len(_PINNED) > _PINNED_KEPT:
+        _PINNED.popitem(last=False)
     return result
 
 

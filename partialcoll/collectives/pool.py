@@ -68,7 +68,8 @@ class SchedulePool:
     def signatures(self):
         """The signatures of the pooled schedules, oldest use first:
         (algorithm, count, dtype string, op name, in place, device, GPU
-        path, priority)."""
+        path, priority).  The path of a staged allreduce small enough to be
+        reduced in pinned host memory is ``"staged-host"``."""
         return [entry.key[1] for entry in self._lru]
 
     def get(self, lc, algo, count, dtype, op, inplace, device=None,
@@ -76,6 +77,9 @@ class SchedulePool:
         """An idle :class:`Pooled` (made if none is idle).  ``device``:
         (backend, device id) for device buffers."""
         path = devices.gpu_path() if device else None
+        if path == "staged" and count * dtype.itemsize <= \
+                devices.host_bytes():
+            path = "staged-host"         # reduced in pinned host memory
         key = (lc, (algo, count, dtype.str, op.name, inplace,
                     device and (device[0].name, device[1]), path, priority))
         for entry in self._by_key.get(key, ()):
@@ -83,7 +87,7 @@ class SchedulePool:
                 self._lru.move_to_end(entry)
                 return entry
         entry = _build(lc, key, algo, count, dtype, op, inplace, device,
-                       priority)
+                       priority, path == "staged-host")
         self._by_key.setdefault(key, []).append(entry)
         self._lru[entry] = None
         self.nbytes += entry.nbytes
@@ -117,8 +121,10 @@ class SchedulePool:
             self._forget(entry)
 
 
-def _build(lc, key, algo, count, dtype, op, inplace, device, priority=0):
-    """A committed :class:`Pooled` schedule for one signature."""
+def _build(lc, key, algo, count, dtype, op, inplace, device, priority=0,
+           mirrored=False):
+    """A committed :class:`Pooled` schedule for one signature (``mirrored``:
+    device buffers reduced in pinned host memory)."""
     s = Schedule(lc.comm, priority=priority, reliable=True)
     after = ()
     if device:
@@ -127,14 +133,41 @@ def _build(lc, key, algo, count, dtype, op, inplace, device, priority=0):
                     device=bool(device))
     recv = s.buffer(dtype=dtype, size=count, name="recv", device=bool(device))
     n = tmp_size(algo, count, lc.size)
-    tmp = device[0].empty(n, dtype) if device else np.empty(n, dtype)
-    tmp_slot = s.buffer(tmp, name="tmp")
-    if device:          # MPI may read the caller's data only once it is there
-        after = [s.fence()]
-    BUILDERS[algo](s, BuildContext(lc.size, lc.rank, send, recv, tmp_slot,
-                                   op, inplace, after=after))
+    if mirrored:
+        nbytes = _build_mirrored(s, lc, algo, count, dtype, op, inplace,
+                                 device[0], send, recv, n)
+    else:
+        tmp = device[0].empty(n, dtype) if device else np.empty(n, dtype)
+        tmp_slot = s.buffer(tmp, name="tmp")
+        if device:      # MPI may read the caller's data only once it is there
+            after = [s.fence()]
+        BUILDERS[algo](s, BuildContext(lc.size, lc.rank, send, recv,
+                                       tmp_slot, op, inplace, after=after))
+        nbytes = tmp.nbytes
     s.commit()
-    return Pooled(s, key, tmp.nbytes, 2 * lc.size + 2)
+    return Pooled(s, key, nbytes, 2 * lc.size + 2)
+
+
+def _build_mirrored(s, lc, algo, count, dtype, op, inplace, backend, send,
+                    recv, n):
+    """A small allreduce of device buffers on the staged path: the input is
+    copied once into pinned host memory, reduced there by the host
+    algorithm, and the result copied back once.  Every staged message
+    would otherwise cost a copy out, a copy in and a reduction kernel, each
+    a device operation whose completion the progress thread must see.
+    Returns the bytes of memory the schedule owns."""
+    host = backend.pinned(count, dtype)
+    tmp = backend.pinned(n, dtype)
+    host_slot, tmp_slot = s.buffer(host, name="recv@host"), \
+        s.buffer(tmp, name="tmp@host")
+    # a device copy: on the schedule's stream, which post() orders after
+    # the caller's work, so no fence (one event less to wait for)
+    out = s.copy(host_slot, recv if inplace else send)
+    first = len(s)
+    BUILDERS[algo](s, BuildContext(lc.size, lc.rank, host_slot, host_slot,
+                                   tmp_slot, op, True, after=[out]))
+    s.copy(recv, host_slot, after=list(range(first, len(s))) or [out])
+    return host.nbytes + tmp.nbytes
 
 
 POOL = SchedulePool()

@@ -19,6 +19,11 @@ Which MPI path device buffers take (:func:`gpu_path`):
 * ``"staged"`` -- each message is copied through pinned host memory by COPY
   ops inside the schedule, in pieces of ``PARTIALCOLL_GPU_CHUNK_BYTES``
   (default 1 MiB) so that copying one piece overlaps sending another.
+  An allreduce of at most ``PARTIALCOLL_GPU_HOST_BYTES`` (256 KiB) is
+  reduced in pinned host memory instead: one copy out, the allreduce on the
+  host, one copy back (a few device operations, not a few per step); a
+  blocking one does this on the calling thread
+  (:mod:`partialcoll.collectives.allreduce`).
 
 The default, ``"auto"``, asks MPI (``MPIX_Query_cuda_support``); the MPI
 wheels on PyPI say no.  ``PARTIALCOLL_GPU_PATH`` or :func:`set_gpu_path`
@@ -39,6 +44,7 @@ from .errors import ScheduleError
 _C = _core.constants()
 PATHS = ("auto", "cuda-aware", "staged")
 DEFAULT_CHUNK_BYTES = 1 << 20
+DEFAULT_HOST_BYTES = 256 << 10
 _forced_path: str | None = None
 
 
@@ -68,6 +74,15 @@ def mpi_cuda_aware() -> bool:
     """True when the MPI library reports CUDA support
     (``MPIX_Query_cuda_support``); False when it says no or cannot say."""
     return _core.mpi_cuda_aware() == 1
+
+
+def host_bytes() -> int:
+    """Largest staged allreduce of device buffers reduced in pinned host
+    memory (``PARTIALCOLL_GPU_HOST_BYTES``; 0: none)."""
+    n = env.get(env.GPU_HOST_BYTES, DEFAULT_HOST_BYTES, int)
+    if n < 0:
+        raise ScheduleError(f"{env.GPU_HOST_BYTES} must be 0 or more")
+    return n
 
 
 def chunk_bytes() -> int:
@@ -139,6 +154,16 @@ class _EmulatedBackend:
     def from_host(self, a):
         return np.array(a).view(EmulatedArray)
 
+    def copy_to_host(self, a, out):
+        """``out[...] = a`` (``out``: pinned host memory), finished when it
+        returns."""
+        out[...] = a
+
+    def copy_from_host(self, h, a):
+        """``a[...] = h`` (``h``: pinned host memory), finished when it
+        returns."""
+        a[...] = h
+
 
 # -------------------------------------------------------------------- cupy
 class _CupyBackend:
@@ -167,6 +192,16 @@ class _CupyBackend:
     def pinned(self, n, dtype):
         import cupyx
         return cupyx.empty_pinned(n, dtype)
+
+    def copy_to_host(self, a, out):
+        # on the caller's current stream, after the work queued there
+        a.get(out=out, stream=self.xp.cuda.get_current_stream(),
+              blocking=True)
+
+    def copy_from_host(self, h, a):
+        stream = self.xp.cuda.get_current_stream()
+        a.set(h, stream=stream)
+        stream.synchronize()
 
     def new_stream(self, device_id):
         with self.xp.cuda.Device(device_id):

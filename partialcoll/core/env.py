@@ -25,6 +25,10 @@ GPU_PATH = "PARTIALCOLL_GPU_PATH"
 #: The size of the pieces a staged device message is copied in (bytes,
 #: default 1 MiB).
 GPU_CHUNK_BYTES = "PARTIALCOLL_GPU_CHUNK_BYTES"
+#: Device buffers of an allreduce up to this many bytes are reduced in
+#: pinned host memory on the staged path: one copy out, the allreduce on
+#: the host, one copy back (default 256 KiB; 0 turns it off).
+GPU_HOST_BYTES = "PARTIALCOLL_GPU_HOST_BYTES"
 #: The longest sleep, in microseconds, of a progress thread whose only
 #: outstanding messages are long-lived receives; it grows with the time
 #: since the last event (default 2000); read by the C core.
