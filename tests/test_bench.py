@@ -9,7 +9,8 @@ import tempfile
 import pytest
 from mpi4py import MPI
 
-from partialcoll.bench import (aware, breakdown, hyperplane, latency, lstm,
+from partialcoll.bench import (aware, breakdown, cnn, hyperplane, latency,
+                               lstm,
                                netcal,
                                overhead, overlap, rps, rps_colocated,
                                rps_model, sweep)
@@ -102,12 +103,31 @@ def test_device_benchmarks_run_on_the_emulated_device(rank_tmp):
     rows = sweep.run(args_for(sweep, ["--sizes", "8,64K", "--iters", "5",
                                       "--repeat", "1", "--device", "emulate"]))
     assert [r["device"] for r in rows] == ["emulate"] * 2
+    # the hand-written staging (copy out, MPI_Allreduce, copy back) too
+    assert all(r["hand_avg_us"] > 0 and r["vs_hand"] > 0 for r in rows)
     rows = latency.run(args_for(latency, ["--iters", "4", "--step-ms", "0.1",
                                           "--size", "1200",
                                           "--device", "emulate"]))
     assert [r["impl"] for r in rows][-1] == "solo"
     with pytest.raises(SystemExit, match="NCCL needs --device gpu"):
         latency.run(args_for(latency, ["--iters", "2", "--impls", "nccl"]))
+
+
+@pytest.mark.max_ranks(4)
+def test_cnn_benchmark_runs():
+    """partialcoll-bench cnn on the CPU: eager-SGD in sync and solo, then
+    DDP over gloo, on the same batches; the replicas agree after flush()
+    (checked inside, and sync equals DDP's loss: the same averaged
+    gradients from the same start)."""
+    pytest.importorskip("torch", reason="PyTorch is not installed")
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed")
+    rows = cnn.run(args_for(cnn, ["--steps", "6", "--warmup", "2",
+                                  "--device", "cpu"]))
+    assert [r["variant"] for r in rows] == ["sync", "solo", "ddp"]
+    assert all(r["steps_per_s"] > 0 and r["max_diff"] <= 1e-5 * r["max_param"]
+               for r in rows)
+    assert rows[0]["final_loss"] == pytest.approx(rows[2]["final_loss"],
+                                                  rel=1e-4)
 
 
 def test_sweep_and_overhead_run(rank_tmp):

@@ -12,7 +12,8 @@ import sys
 
 from ..core.failfast import abort_on_error
 from ._common import HelpFormatter, Parser, plain, versions_line
-from . import (allreduce, aware, breakdown, failure, hyperplane, latency,
+from . import (allreduce, aware, breakdown, cnn, failure, hyperplane,
+               latency,
                lstm,
                mlfabric,
                mlfabric_replica, mlfabric_retarget,
@@ -37,6 +38,9 @@ COMMANDS = {
                            "progress-thread CPU, scale"),
     "hyperplane": (hyperplane, "hyperplane regression with an injected "
                                "delay (the paper's Figure 10)"),
+    "cnn": (cnn, "eager-SGD on a small CNN against DDP over gloo, on the "
+                 "GPU or the CPU: steps/s and the replicas after flush "
+                 "(needs torch, scikit-learn)"),
     "lstm": (lstm, "LSTM over sequences of uneven length: inherent load "
                    "imbalance (needs torch)"),
     "netcal": (netcal, "calibrate the emulated network against its model"),
@@ -68,6 +72,8 @@ COMMANDS = {
 #: name -> the optional packages (import name, pip requirement) it needs,
 #: checked on every rank before it runs anything
 NEEDS = {
+    "cnn": [("torch", "partialcoll[torch]"),
+            ("sklearn", "partialcoll[bench]")],
     "lstm": [("torch", "partialcoll[torch]")],
     "rps": [("sklearn", "partialcoll[bench]")],
     "tictac": [("torch", "partialcoll[torch]"),

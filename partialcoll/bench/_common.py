@@ -350,6 +350,8 @@ def emit(rows, columns, args, title, comm, legend=None):
 
 def _cell(v):
     if isinstance(v, float):
+        if 0 < abs(v) < 1e-3:
+            return f"{v:.2e}"
         return f"{v:.3f}" if abs(v) < 1000 else f"{v:.1f}"
     return str(v)
 

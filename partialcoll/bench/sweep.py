@@ -9,8 +9,11 @@ kept, and avg/min/max over ranks are reported.
 
 ``--device gpu`` puts partialcoll's buffers on the GPU (CuPy) and adds
 ``cupyx.distributed.NCCLBackend.all_reduce`` on the same device buffers;
-MPI_Allreduce stays on host buffers of the same size, the baseline a user
-without a CUDA-aware MPI has.  Bandwidth is bytes / latency.
+MPI_Allreduce stays on host buffers of the same size.  A device run also
+times what a user without a CUDA-aware MPI writes by hand: copy the device
+array to the host, ``MPI_Allreduce``, copy the result back
+(``cp.asnumpy`` -> ``comm.Allreduce`` -> ``cp.asarray``).  Bandwidth as
+nccl-tests reports it: algbw = bytes / time, busbw = algbw * 2 (P - 1) / P.
 """
 import sys
 import statistics
@@ -72,62 +75,78 @@ def _time_block(fn, iters, comm):
     return dt
 
 
+def _contenders(x, bufs, nccl, args, comm):
+    """name -> (one call, its result on the host) for one message: MPI on
+    host buffers, partialcoll on ``bufs``' buffers, and on a device the
+    hand-written staging and NCCL (when there is one)."""
+    y_mpi = np.empty_like(x)
+    dx, y_pc = bufs.array(x), bufs.array(np.empty_like(x))
+    calls = {"mpi": (lambda: comm.Allreduce(x, y_mpi), lambda: y_mpi),
+             "pc": (lambda: pc.allreduce(dx, y_pc, algorithm=args.algorithm),
+                    lambda: bufs.host(y_pc))}
+    if bufs.device != "host":
+        y_hand, out = np.empty_like(x), [None]
+
+        def hand():
+            comm.Allreduce(bufs.host(dx), y_hand)
+            out[0] = bufs.array(y_hand)
+        calls["hand"] = (hand, lambda: bufs.host(out[0]))
+    if nccl:
+        y_nccl = bufs.array(np.empty_like(x))
+        calls["nccl"] = (lambda: nccl(dx, y_nccl), lambda: bufs.host(y_nccl))
+    return calls
+
+
+def _size_row(nbytes, dtype, bufs, nccl, args, comm):
+    """Time every contender at one message size; its table row."""
+    n = max(nbytes // dtype.itemsize, 1)
+    iters = args.iters or max(20, min(1000, (1 << 22) // max(nbytes, 1) * 20))
+    warm = args.warmup if args.warmup is not None else max(iters // 10, 5)
+    x = np.full(n, comm.rank + 1, dtype)
+    calls = _contenders(x, bufs, nccl, args, comm)
+    for _ in range(warm):
+        for f, _ in calls.values():
+            f()
+    want = calls["mpi"][1]()
+    if any(not np.array_equal(want, got()) for _, got in calls.values()):
+        raise SystemExit(f"result mismatch at {nbytes} bytes")
+    times = {name: [] for name in calls}
+    for _ in range(args.repeat):
+        for name, (f, _) in calls.items():
+            times[name].append(_time_block(f, iters, comm))
+    nan = (float("nan"),) * 3
+    m = {name: across_ranks(statistics.median(times[name]) * 1e6, comm)
+         if name in times else nan for name in ("mpi", "pc", "hand", "nccl")}
+    bus = 2 * (comm.size - 1) / comm.size
+    pc_us = m["pc"][0]
+    return {"bytes": x.nbytes, "size": fmt_size(x.nbytes),
+            "ranks": comm.size,
+            "algorithm": choose_algorithm(x.nbytes, x.size, comm.size,
+                                          args.algorithm),
+            "mpi_avg_us": m["mpi"][0], "mpi_min_us": m["mpi"][1],
+            "mpi_max_us": m["mpi"][2], "pc_avg_us": pc_us,
+            "pc_min_us": m["pc"][1], "pc_max_us": m["pc"][2],
+            "ratio": pc_us / m["mpi"][0], "iters": iters,
+            "device": bufs.device, "nccl_avg_us": m["nccl"][0],
+            "nccl_ratio": pc_us / m["nccl"][0],
+            "pc_GBps": x.nbytes / pc_us / 1e3,
+            "pc_busGBps": bus * x.nbytes / pc_us / 1e3,
+            "mpi_GBps": x.nbytes / m["mpi"][0] / 1e3,
+            "hand_avg_us": m["hand"][0], "vs_hand": m["hand"][0] / pc_us}
+
+
 def run(args, comm=MPI.COMM_WORLD):
     dtype = np.dtype(args.dtype)
-    sizes = sizes_of(args)
-    rows = []
     bufs = Buffers(getattr(args, "device", "host"), comm)
     nccl = bufs.nccl()
-    for nbytes in progress(sizes, comm, "sweep"):
-        n = max(nbytes // dtype.itemsize, 1)
-        iters = args.iters or max(20, min(1000, (1 << 22) // max(nbytes, 1) * 20))
-        warm = args.warmup if args.warmup is not None else max(iters // 10, 5)
-        x = np.full(n, comm.rank + 1, dtype)
-        y_mpi = np.empty_like(x)
-        dx, y_pc = bufs.array(x), bufs.array(np.empty_like(x))
-
-        def f_mpi():
-            comm.Allreduce(x, y_mpi)
-
-        def f_pc():
-            pc.allreduce(dx, y_pc, algorithm=args.algorithm)
-
-        fns = [f_mpi, f_pc]
-        if nccl:
-            y_nccl = bufs.array(np.empty_like(x))
-            fns.append(lambda: nccl(dx, y_nccl))
-        for _ in range(warm):
-            for f in fns:
-                f()
-        if not np.array_equal(y_mpi, bufs.host(y_pc)) or (
-                nccl and not np.array_equal(y_mpi, bufs.host(y_nccl))):
-            raise SystemExit(f"result mismatch at {nbytes} bytes")
-        times = [[] for _ in fns]
-        for _ in range(args.repeat):
-            for f, t in zip(fns, times):
-                t.append(_time_block(f, iters, comm))
-        m_mpi = across_ranks(statistics.median(times[0]) * 1e6, comm)
-        m_pc = across_ranks(statistics.median(times[1]) * 1e6, comm)
-        m_nccl = across_ranks(statistics.median(times[2]) * 1e6, comm) \
-            if nccl else (float("nan"),) * 3
-        algo = choose_algorithm(
-            x.nbytes, x.size, comm.size, args.algorithm)
-        rows.append({"bytes": x.nbytes, "size": fmt_size(x.nbytes),
-                     "ranks": comm.size, "algorithm": algo,
-                     "mpi_avg_us": m_mpi[0], "mpi_min_us": m_mpi[1],
-                     "mpi_max_us": m_mpi[2], "pc_avg_us": m_pc[0],
-                     "pc_min_us": m_pc[1], "pc_max_us": m_pc[2],
-                     "ratio": m_pc[0] / m_mpi[0], "iters": iters,
-                     "device": bufs.device, "nccl_avg_us": m_nccl[0],
-                     "nccl_ratio": m_pc[0] / m_nccl[0],
-                     "pc_GBps": x.nbytes / m_pc[0] / 1e3,
-                     "mpi_GBps": x.nbytes / m_mpi[0] / 1e3})
+    rows = [_size_row(nbytes, dtype, bufs, nccl, args, comm)
+            for nbytes in progress(sizes_of(args), comm, "sweep")]
     cols = ["size", "algorithm", "mpi_avg_us", "pc_avg_us", "pc_min_us",
             "pc_max_us", "ratio"]
     where = "host buffers"
     if bufs.device != "host":
-        cols += ["pc_GBps", "mpi_GBps"] + (["nccl_avg_us", "nccl_ratio"]
-                                           if nccl else [])
+        cols += ["pc_GBps", "pc_busGBps", "mpi_GBps", "hand_avg_us",
+                 "vs_hand"] + (["nccl_avg_us", "nccl_ratio"] if nccl else [])
         where = (f"partialcoll on {bufs.device} buffers ({pc.gpu_path()} "
                  f"MPI path), MPI_Allreduce on host buffers"
                  + (f"; {bufs.nccl_note}" if bufs.nccl_note and
@@ -135,7 +154,12 @@ def run(args, comm=MPI.COMM_WORLD):
     emit(rows, cols, args,
          f"allreduce sweep: {comm.size} ranks, {dtype}, {where}", comm,
          legend={"ratio": "partialcoll's time / MPI_Allreduce's",
-                 "nccl_ratio": "partialcoll's time / NCCL's (GPU runs)"})
+                 "nccl_ratio": "partialcoll's time / NCCL's (GPU runs)",
+                 "pc_GBps": "algbw: bytes / partialcoll's time",
+                 "pc_busGBps": "busbw: algbw * 2 (P - 1) / P",
+                 "hand_avg_us": "copy to host, MPI_Allreduce, copy back",
+                 "vs_hand": "that time / partialcoll's (above 1: "
+                            "partialcoll faster)"})
     return rows
 
 
