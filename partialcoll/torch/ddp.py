@@ -155,18 +155,19 @@ class EagerHook:
         """Collective: average everything still pending and apply it with
         one extra ``optimizer.step()`` (on every rank, or on none).
         Returns the StepInfo or None."""
-        out = self.averager.flush()
+        return self._apply(self.averager.flush(), optimizer)
+
+    def close(self, optimizer: torch.optim.Optimizer) -> StepInfo | None:
+        """Collective: flush (applied with ``optimizer``), then free: one
+        synchronous round (the averager's close flushes)."""
+        return self._apply(self.averager.close(), optimizer)
+
+    def _apply(self, out, optimizer):
         if out is None:
             return None
         set_grads(self._named, out[0])
         optimizer.step()
         return out[1]
-
-    def close(self, optimizer: torch.optim.Optimizer) -> StepInfo | None:
-        """Collective: flush (applied with ``optimizer``), then free."""
-        info = self.flush(optimizer)
-        self.averager.close()
-        return info
 
     @property
     def last_step(self) -> StepInfo | None:
