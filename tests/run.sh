@@ -67,8 +67,10 @@ summary() {
     while IFS='|' read -r name secs rc; do
         [ "$rc" = 0 ] && continue
         echo "---- $name: its failures"
-        grep -a -h -E '^(FAILED|ERROR) |Error:|Timeout|timed out' \
-            "$stages"/*" $name" | tail -n 30 || true
+        # pytest's "____ test_name ____" headers and summary lines, the
+        # first line of each error (deduplicated: every rank prints them)
+        grep -a -h -E '^_{3,} .+ _{3,}$|^(FAILED|ERROR) |[0-9]+ (failed|error)|Error:|Timeout|timed out' \
+            "$stages"/*" $name" | awk '!seen[$0]++' | tail -n 30 || true
     done < "$stages/summary"
 }
 # The API reference from the docstrings, warnings as errors.  sphinx-build
