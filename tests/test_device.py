@@ -229,6 +229,50 @@ def test_small_blocking_allreduce_runs_on_the_calling_thread(dev, path):
     assert device_schedule(big.size) == (P > 1)
 
 
+def test_repeated_small_blocking_allreduce_skips_the_checks(dev,
+                                                            monkeypatch):
+    """A repeated staged call of one signature takes the short path: no
+    argument preparation (mocked to fail here), the same bits, 2-D arrays
+    and in place (the same array twice) too.  What the short path cannot
+    vouch for (overlapping buffers, another dtype, the CUDA-aware path)
+    goes the full way and gets its error or its device schedule."""
+    from partialcoll.collectives import allreduce as ar
+    devices.set_gpu_path("staged")
+    try:
+        n = 4007                    # a count no other test uses
+        x = np.random.default_rng(RANK).standard_normal(n)
+        want = pc.allreduce(x.copy())
+        out = dev.to(np.zeros(n))
+        pc.allreduce(dev.to(x), out)            # the full path, once
+        calls = []
+        real = ar.prepare_device
+        monkeypatch.setattr(ar, "prepare_device",
+                            lambda *a: calls.append(1) or real(*a))
+        for _ in range(3):
+            out = dev.to(np.zeros(n))
+            assert pc.allreduce(dev.to(x), out) is out
+            assert np.array_equal(dev.host(out), want)
+        d = dev.to(x)
+        assert pc.allreduce(d, d) is d
+        assert np.array_equal(dev.host(d), want)
+        assert calls == []
+        m = x[:4006].reshape(2, 2003)           # 2-D: its first call full
+        want2 = pc.allreduce(m.copy())
+        for _ in range(2):
+            got = pc.allreduce(dev.to(m), dev.to(np.zeros((2, 2003))))
+            assert got.shape == (2, 2003)
+            assert np.array_equal(dev.host(got), want2)
+        assert calls == [1]
+        both = dev.to(np.zeros(n + 1))
+        with pytest.raises(pc.ScheduleError, match="overlap"):
+            pc.allreduce(both[:n], both[1:])
+        with pytest.raises(pc.ScheduleError, match="does not match"):
+            pc.allreduce(dev.to(x), dev.to(np.zeros(n, np.float32)))
+        assert len(calls) == 3
+    finally:
+        devices.set_gpu_path(None)
+
+
 def _exchange(dev, n):
     """Two-by-two exchange-and-add on device buffers (hand-built)."""
     x = dev.to(np.arange(n, dtype=np.float32) + RANK)

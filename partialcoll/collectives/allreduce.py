@@ -185,6 +185,12 @@ def allreduce(sendbuf: Buffer, recvbuf: Buffer = None, op: OpLike = SUM,
                 plan.entry.give_back()
                 raise
             return recvbuf
+    if (type(sendbuf) is type(recvbuf) and type(op) is Op and
+            compression is None and _MIRRORS):
+        done = _through_host_again(sendbuf, recvbuf, op, comm, algorithm,
+                                   priority)
+        if done is not None:
+            return done
     divide = None
     if compression is not _STAGED and is_average(op):
         op, divide = SUM, check_comm(comm).Get_size()
@@ -228,10 +234,66 @@ def _through_host(sendbuf, recvbuf):
             and devices.gpu_path() == "staged")
 
 
-#: pinned host buffers of _allreduce_through_host, (device, dtype, count)
-#: -> [(in, out)]; at most _PINNED_KEPT signatures, least recent dropped
-_PINNED: collections.OrderedDict = collections.OrderedDict()
-_PINNED_KEPT = 16
+class _Mirror:
+    """Pinned host buffers of one signature of :func:`_allreduce_through_host`
+    (``key``: array type, dtype, count, op, algorithm, priority, device)."""
+
+    __slots__ = ("key", "be", "h_in", "h_out", "nbytes")
+
+    def __init__(self, key, be, count, dtype):
+        self.key, self.be = key, be
+        self.h_in, self.h_out = be.pinned(count, dtype), be.pinned(count, dtype)
+        self.nbytes = self.h_in.nbytes
+
+    def run(self, send, recv, op, comm, algorithm, priority):
+        self.be.copy_to_host(send, self.h_in)
+        allreduce(self.h_in, self.h_out, op, comm, algorithm, priority)
+        self.be.copy_from_host(self.h_out, recv)
+
+
+#: idle _Mirror by key, least recently used first (at most _MIRRORS_KEPT); a
+#: call takes its mirror out while it runs, so another thread makes its own
+_MIRRORS: collections.OrderedDict = collections.OrderedDict()
+_MIRRORS_KEPT = 16
+
+
+def _mirror_key(sendbuf, op, algorithm, priority, be):
+    return (type(sendbuf), sendbuf.dtype, sendbuf.size, op, algorithm,
+            priority, be.device_id(sendbuf))
+
+
+def _give_back(mirror):
+    _MIRRORS[mirror.key] = mirror
+    _MIRRORS.move_to_end(mirror.key)
+    while len(_MIRRORS) > _MIRRORS_KEPT:
+        _MIRRORS.popitem(last=False)
+
+
+def _through_host_again(sendbuf, recvbuf, op, comm, algorithm, priority):
+    """A repeated small blocking allreduce of device buffers, checked in a
+    few steps (what the first call of the signature checked in full that
+    does not depend on these buffers holds): the result, or None where
+    the full path must decide."""
+    be = devices.backend_of(sendbuf)
+    if be is None:
+        return None
+    mirror = _MIRRORS.pop(_mirror_key(sendbuf, op, algorithm, priority, be),
+                          None)
+    if mirror is None:
+        return None
+    if (recvbuf.dtype == sendbuf.dtype and recvbuf.size == sendbuf.size
+            and sendbuf.flags.c_contiguous and recvbuf.flags.c_contiguous
+            and be.device_id(recvbuf) == mirror.key[-1]
+            and (recvbuf is sendbuf or not be.overlap(sendbuf, recvbuf))
+            and mirror.nbytes <= devices.host_bytes()
+            and devices.gpu_path() == "staged"):
+        try:
+            mirror.run(sendbuf, recvbuf, op, comm, algorithm, priority)
+        finally:
+            _give_back(mirror)
+        return recvbuf
+    _give_back(mirror)
+    return None
 
 
 def _allreduce_through_host(be, sendbuf, recvbuf, op, comm, algorithm,
@@ -243,23 +305,17 @@ def _allreduce_through_host(be, sendbuf, recvbuf, op, comm, algorithm,
     (waited for).  Two device copies and no hand-over: through the
     executor, every device operation of the round would be seen complete
     only when the progress thread next polls it.  The result is the host
-    algorithm's, the same bits as the device's."""
+    algorithm's, the same bits as the device's.  Repeated calls of the
+    signature take :func:`_through_host_again`."""
     send, recv, result, op, comm = prepare_device(be, sendbuf, recvbuf, op,
                                                   comm)
-    key = (be.name, be.device_id(send), send.dtype.str, send.size)
-    free = _PINNED.get(key)
-    if free:        # taken while in use: another thread makes its own
-        h_in, h_out = free.pop()
-    else:
-        h_in, h_out = (be.pinned(send.size, send.dtype),
-                       be.pinned(send.size, send.dtype))
-    be.copy_to_host(send, h_in)
-    allreduce(h_in, h_out, op, comm, algorithm, priority)
-    be.copy_from_host(h_out, recv)
-    _PINNED.setdefault(key, []).append((h_in, h_out))
-    _PINNED.move_to_end(key)
-    while len(_PINNED) > _PINNED_KEPT:
-        _PINNED.popitem(last=False)
+    key = _mirror_key(send, op, algorithm, priority, be)
+    mirror = _MIRRORS.pop(key, None) or _Mirror(key, be, send.size,
+                                                send.dtype)
+    try:
+        mirror.run(send, recv, op, comm, algorithm, priority)
+    finally:
+        _give_back(mirror)
     return result
 
 

@@ -155,14 +155,18 @@ class _EmulatedBackend:
         return np.array(a).view(EmulatedArray)
 
     def copy_to_host(self, a, out):
-        """``out[...] = a`` (``out``: pinned host memory), finished when it
-        returns."""
-        out[...] = a
+        """``out[...] = a`` (``a`` C-contiguous, of ``out.size`` elements;
+        ``out``: pinned host memory), finished when it returns."""
+        out[...] = a.reshape(-1)
 
     def copy_from_host(self, h, a):
-        """``a[...] = h`` (``h``: pinned host memory), finished when it
-        returns."""
-        a[...] = h
+        """``a[...] = h`` (the same shapes as :meth:`copy_to_host`),
+        finished when it returns."""
+        a.reshape(-1)[...] = h
+
+    def overlap(self, a, b):
+        """Whether the memory of arrays ``a`` and ``b`` overlaps."""
+        return _overlap(self.ptr(a), a.nbytes, self.ptr(b), b.nbytes)
 
 
 # -------------------------------------------------------------------- cupy
@@ -194,14 +198,24 @@ class _CupyBackend:
         return cupyx.empty_pinned(n, dtype)
 
     def copy_to_host(self, a, out):
-        # on the caller's current stream, after the work queued there
-        a.get(out=out, stream=self.xp.cuda.get_current_stream(),
-              blocking=True)
+        # on the caller's current stream, after the work queued there: one
+        # runtime call, not CuPy's get() with its checks
+        self._copy(out.ctypes.data, a.data.ptr, a.nbytes,
+                   self.xp.cuda.runtime.memcpyDeviceToHost, a)
 
     def copy_from_host(self, h, a):
-        stream = self.xp.cuda.get_current_stream()
-        a.set(h, stream=stream)
-        stream.synchronize()
+        self._copy(a.data.ptr, h.ctypes.data, a.nbytes,
+                   self.xp.cuda.runtime.memcpyHostToDevice, a)
+
+    def _copy(self, dst, src, nbytes, kind, a):
+        rt = self.xp.cuda.runtime
+        with a.device:
+            stream = self.xp.cuda.get_current_stream()
+            rt.memcpyAsync(dst, src, nbytes, kind, stream.ptr)
+            rt.streamSynchronize(stream.ptr)
+
+    def overlap(self, a, b):
+        return _overlap(a.data.ptr, a.nbytes, b.data.ptr, b.nbytes)
 
     def new_stream(self, device_id):
         with self.xp.cuda.Device(device_id):
@@ -275,6 +289,10 @@ class _HostMemory(_EmulatedBackend):
 EMULATE = _EmulatedBackend()
 HOST = _HostMemory()
 _cupy_backend = None
+
+
+def _overlap(pa, na, pb, nb):
+    return bool(na and nb and pa < pb + nb and pb < pa + na)
 
 
 def backend_of(x):
