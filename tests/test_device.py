@@ -269,6 +269,20 @@ def test_repeated_small_blocking_allreduce_skips_the_checks(dev,
         with pytest.raises(pc.ScheduleError, match="does not match"):
             pc.allreduce(dev.to(x), dev.to(np.zeros(n, np.float32)))
         assert len(calls) == 3
+        # float16: compressed, it is reduced as it is (a mirror of float16
+        # now exists); plain, it is widened to float32 and rounded once,
+        # never the compressed call's short path (from 3 ranks on, rounding
+        # at every step gives other bits: 1 + 2**-11 + 2**-11)
+        h = np.where(np.arange(n) % P == RANK, 1.0, 2.0 ** -11)
+        h = h.astype(np.float16)
+        want_c = pc.allreduce(h.copy(), compression="fp16")
+        for _ in range(2):
+            got = pc.allreduce(dev.to(h), dev.to(np.zeros(n, np.float16)),
+                               compression="fp16")
+            assert np.array_equal(dev.host(got), want_c)
+        want16 = pc.allreduce(h.copy())
+        got = pc.allreduce(dev.to(h), dev.to(np.zeros(n, np.float16)))
+        assert np.array_equal(dev.host(got), want16)
     finally:
         devices.set_gpu_path(None)
 

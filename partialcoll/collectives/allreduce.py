@@ -247,7 +247,10 @@ class _Mirror:
 
     def run(self, send, recv, op, comm, algorithm, priority):
         self.be.copy_to_host(send, self.h_in)
-        allreduce(self.h_in, self.h_out, op, comm, algorithm, priority)
+        # reduced as it is (_STAGED): the device call's data is the wire's
+        # already (float16 only when compressed)
+        allreduce(self.h_in, self.h_out, op, comm, algorithm, priority,
+                  _STAGED)
         self.be.copy_from_host(self.h_out, recv)
 
 
@@ -281,8 +284,9 @@ def _through_host_again(sendbuf, recvbuf, op, comm, algorithm, priority):
                           None)
     if mirror is None:
         return None
+    # (float16 is reduced in float32 unless compressed: never this path's)
     if (recvbuf.dtype == sendbuf.dtype and recvbuf.size == sendbuf.size
-            and sendbuf.flags.c_contiguous and recvbuf.flags.c_contiguous
+            and sendbuf.dtype != np.float16 and sendbuf.flags.c_contiguous and recvbuf.flags.c_contiguous
             and be.device_id(recvbuf) == mirror.key[-1]
             and (recvbuf is sendbuf or not be.overlap(sendbuf, recvbuf))
             and mirror.nbytes <= devices.host_bytes()
