@@ -19,6 +19,7 @@ x = np.ones(4, np.float32)
 with pc.MajorityAllreduce(x) as maj:
     for step in range(100000):
         if rank == 3 and step == 20:
+            print("rank 3 leaves at step 20", flush=True)
             if how == "killed":
                 os.kill(os.getpid(), signal.SIGKILL)
             os._exit(3 if how == "error" else 0)
@@ -35,7 +36,12 @@ def test_a_rank_that_dies_ends_the_job_at_once(mpi_script, how):
     # job, but under load hydra may report that 0 for the whole job: it
     # SIGKILLs the others and does not always count their status.
     assert rc != 0 or how == "exit 0", (rc, out, err)
-    assert rc != 124, f"the job hung after rank 3 died ({how})"
+    # (the output says whether rank 3 got as far as leaving, and the
+    # survivors' long-wait warnings what they waited for)
+    assert rc != 124, (f"the job hung ({how}): " +
+                       ("after rank 3 left" if "rank 3 leaves" in out else
+                        "before rank 3 left") +
+                       f"\n{out[-2000:]}\n{err[-4000:]}")
     assert secs < 20, f"the job ended {secs:.0f} s after rank 3 died"
     assert "a survivor finished" not in out
 
