@@ -230,8 +230,7 @@ def _through_host(sendbuf, recvbuf):
     ``PARTIALCOLL_GPU_HOST_BYTES``."""
     data = recvbuf if sendbuf is MPI.IN_PLACE else sendbuf
     nbytes = getattr(data, "nbytes", None)
-    return (nbytes is not None and nbytes <= devices.host_bytes()
-            and devices.gpu_path() == "staged")
+    return nbytes is not None and devices.reduced_on_host(nbytes)
 
 
 class _Mirror:
@@ -288,9 +287,9 @@ def _through_host_again(sendbuf, recvbuf, op, comm, algorithm, priority):
     if (recvbuf.dtype == sendbuf.dtype and recvbuf.size == sendbuf.size
             and sendbuf.dtype != np.float16 and sendbuf.flags.c_contiguous and recvbuf.flags.c_contiguous
             and be.device_id(recvbuf) == mirror.key[-1]
-            and (recvbuf is sendbuf or not be.overlap(sendbuf, recvbuf))
-            and mirror.nbytes <= devices.host_bytes()
-            and devices.gpu_path() == "staged"):
+            and (recvbuf is sendbuf or
+                 not devices.overlap(be, sendbuf, recvbuf))
+            and devices.reduced_on_host(mirror.nbytes)):
         try:
             mirror.run(sendbuf, recvbuf, op, comm, algorithm, priority)
         finally:

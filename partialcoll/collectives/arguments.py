@@ -70,9 +70,7 @@ def prepare_device(be, sendbuf, recvbuf, op, comm):
         recv = devices.flat(be, recvbuf, "recvbuf")
         if be.device_id(sendbuf) != be.device_id(recvbuf):
             raise ScheduleError("sendbuf and recvbuf are on different devices")
-        lo, hi = be.ptr(send), be.ptr(send) + send.nbytes
-        if send.nbytes and recv.nbytes and \
-                lo < be.ptr(recv) + recv.nbytes and be.ptr(recv) < hi:
+        if devices.overlap(be, send, recv):
             raise ScheduleError("sendbuf and recvbuf overlap; use MPI.IN_PLACE "
                                 "or pass the same array for in-place")
     if recv.dtype != send.dtype or recv.size != send.size:

@@ -77,8 +77,7 @@ class SchedulePool:
         """An idle :class:`Pooled` (made if none is idle).  ``device``:
         (backend, device id) for device buffers."""
         path = devices.gpu_path() if device else None
-        if path == "staged" and count * dtype.itemsize <= \
-                devices.host_bytes():
+        if device and devices.reduced_on_host(count * dtype.itemsize):
             path = "staged-host"         # reduced in pinned host memory
         key = (lc, (algo, count, dtype.str, op.name, inplace,
                     device and (device[0].name, device[1]), path, priority))
@@ -126,7 +125,6 @@ def _build(lc, key, algo, count, dtype, op, inplace, device, priority=0,
     """A committed :class:`Pooled` schedule for one signature (``mirrored``:
     device buffers reduced in pinned host memory)."""
     s = Schedule(lc.comm, priority=priority, reliable=True)
-    after = ()
     if device:
         s.use_device(*device)
     send = s.buffer(dtype=dtype, size=count, writable=False, name="send",
@@ -139,8 +137,8 @@ def _build(lc, key, algo, count, dtype, op, inplace, device, priority=0,
     else:
         tmp = device[0].empty(n, dtype) if device else np.empty(n, dtype)
         tmp_slot = s.buffer(tmp, name="tmp")
-        if device:      # MPI may read the caller's data only once it is there
-            after = [s.fence()]
+        # MPI may read the caller's data only once it is there
+        after = [s.fence()] if device else ()
         BUILDERS[algo](s, BuildContext(lc.size, lc.rank, send, recv,
                                        tmp_slot, op, inplace, after=after))
         nbytes = tmp.nbytes

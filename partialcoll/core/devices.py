@@ -85,6 +85,13 @@ def host_bytes() -> int:
     return n
 
 
+def reduced_on_host(nbytes: int) -> bool:
+    """Whether an allreduce of ``nbytes`` of device buffers is reduced in
+    pinned host memory: the staged path, and at most
+    ``PARTIALCOLL_GPU_HOST_BYTES``."""
+    return nbytes <= host_bytes() and gpu_path() == "staged"
+
+
 def chunk_bytes() -> int:
     """Size of the pieces a staged message is cut into."""
     n = env.get(env.GPU_CHUNK_BYTES, DEFAULT_CHUNK_BYTES, int)
@@ -164,10 +171,6 @@ class _EmulatedBackend:
         finished when it returns."""
         a.reshape(-1)[...] = h
 
-    def overlap(self, a, b):
-        """Whether the memory of arrays ``a`` and ``b`` overlaps."""
-        return _overlap(self.ptr(a), a.nbytes, self.ptr(b), b.nbytes)
-
 
 # -------------------------------------------------------------------- cupy
 class _CupyBackend:
@@ -213,9 +216,6 @@ class _CupyBackend:
             stream = self.xp.cuda.get_current_stream()
             rt.memcpyAsync(dst, src, nbytes, kind, stream.ptr)
             rt.streamSynchronize(stream.ptr)
-
-    def overlap(self, a, b):
-        return _overlap(a.data.ptr, a.nbytes, b.data.ptr, b.nbytes)
 
     def new_stream(self, device_id):
         with self.xp.cuda.Device(device_id):
@@ -291,8 +291,12 @@ HOST = _HostMemory()
 _cupy_backend = None
 
 
-def _overlap(pa, na, pb, nb):
-    return bool(na and nb and pa < pb + nb and pb < pa + na)
+def overlap(backend, a, b):
+    """Whether the memory of ``backend``'s arrays ``a`` and ``b``
+    overlaps."""
+    pa, pb = backend.ptr(a), backend.ptr(b)
+    return bool(a.nbytes and b.nbytes and pa < pb + b.nbytes and
+                pb < pa + a.nbytes)
 
 
 def backend_of(x):
