@@ -74,8 +74,8 @@ CORE = {
     "sched": ["build.c", "sched.c", "types.c", "device.c"],
     "engine": ["engine.c", "wait.c", "round.c", "inflight.c", "wire.c",
                "ctrl.c", "timers.c"],
-    "python": ["module.c", "pysched.c", "pysync.c", "pyattrs.c",
-               "pypark.c", "pyerrors.c"],
+    "python": ["module.c", "pycapi.c", "pysched.c", "pysync.c",
+               "pyattrs.c", "pypark.c", "pyerrors.c"],
 }
 # every header (the sdist gets them through depends)
 HEADERS = sorted(glob.glob("csrc/**/*.h", recursive=True))
@@ -104,6 +104,17 @@ linkops = Extension(
     extra_compile_args=["-O2", "-std=c11", "-Wall", "-ffp-contract=off"],
 )
 
+# The partial collectives' blocking call in C, on the executor's C API
+# (csrc/capi/pc_capi.h, a capsule of partialcoll._core): no MPI, nothing
+# of the executor's headers (rounds.py has the same protocol in Python)
+calls = Extension(
+    "partialcoll.collectives.partial._calls",
+    sources=["csrc/partial/calls.c"],
+    include_dirs=["csrc"],
+    depends=["csrc/capi/pc_capi.h"],
+    extra_compile_args=["-O2", "-std=c11", "-Wall"],
+)
+
 install_requires = ["mpi4py>=4.0", "numpy>=1.23", "jsonschema>=4"]
 if not os.environ.get("MPICC"):
     install_requires.append("mpich; sys_platform == 'linux'")
@@ -125,7 +136,7 @@ def long_description():
 setup(
     long_description=long_description(),
     long_description_content_type="text/markdown",
-    ext_modules=[ext, linkops],
+    ext_modules=[ext, linkops, calls],
     cmdclass={"build_ext": BuildExt},
     install_requires=install_requires,
 )

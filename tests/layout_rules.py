@@ -28,7 +28,12 @@ The rules (each a function below, each returning the violations as text):
 The C core in ``csrc/`` is built in parts the same way; a part may include
 only its own headers and those of the parts it stands on (``C_PARTS``)::
 
-    python      the binding (partialcoll._core)   -> engine, sched, common
+    partial     a separate extension: the partial
+                collectives' call                 -> capi
+    python      the binding (partialcoll._core)   -> capi, engine, sched,
+                                                     common
+    capi        the executor's C API for other
+                extensions (a header)             -> nothing
     engine      runs schedules                    -> sched, transport, common
     sched       the schedule as data              -> common
     transport   the wire (MPI, emulated network)  -> common
@@ -62,7 +67,8 @@ LAYERS = {"_core": 0, "core": 1, "transport": 2, "collectives": 3,
           "rps": 4, "tictac": 4, "loadbalance": 4, "mlfabric": 4,
           "eager": 4, "torch": 5, "bench": 6, "": 7}
 #: the package's C extensions (no source file here to read)
-EXTENSIONS = {"partialcoll._core", "partialcoll.mlfabric.scheduler._linkops"}
+EXTENSIONS = {"partialcoll._core", "partialcoll.mlfabric.scheduler._linkops",
+              "partialcoll.collectives.partial._calls"}
 #: parts of one layer that may not import each other
 SIBLINGS_APART = {4}
 
@@ -317,7 +323,8 @@ def cycles(mods):
 #: part of csrc/ -> the other parts it may include
 C_PARTS = {"common": set(), "transport": {"common"}, "sched": {"common"},
            "engine": {"sched", "transport", "common"},
-           "python": {"engine", "sched", "common"}, "mlfabric": set()}
+           "python": {"capi", "engine", "sched", "common"},
+           "capi": set(), "partial": {"capi"}, "mlfabric": set()}
 MAX_FILE_LINES, MAX_FUNCTION_LINES = 600, 80
 #: the words a comment uses to say why a piece is longer
 EXCUSE = "longer than"

@@ -54,6 +54,10 @@ CLEAN_C = {
                        'int pc_engine_post(void)\n{\n    return 0;\n}\n',
     "python/module.c": '#include "engine/pc_engine.h"\n'
                        '#include "sched/pc_sched.h"\n',
+    "capi/pc_capi.h": "#include <Python.h>\n",
+    "python/pycapi.c": '#include "capi/pc_capi.h"\n'
+                       '#include "sched/pc_sched.h"\n',
+    "partial/calls.c": '#include "capi/pc_capi.h"\n',
     "mlfabric/linkops.h": "#include <Python.h>\n",
     "mlfabric/linkops.c": '#include "mlfabric/linkops.h"\n',
 }
@@ -124,6 +128,10 @@ def test_each_rule_catches_its_case(tmp_path, extra, rule):
      "C includes"),                       # the binding reaches a transport
     ({}, {"mlfabric/linkops.c": '#include "common/pc_common.h"\n'},
      "C includes"),                       # the separate extension
+    ({}, {"partial/calls.c": '#include "sched/pc_sched.h"\n'},
+     "C includes"),                       # past the executor's C API
+    ({}, {"capi/pc_capi.h": '#include "engine/pc_engine.h"\n'},
+     "C includes"),                       # the API leaks the executor
     ({}, {"engine/wire.c": '#include "pc_engine.h"\n'},
      "C includes"),                       # an include without its part
     ({}, {"engine/wire.c": '#include "engine/engine_int.h"\n'},

@@ -44,6 +44,34 @@ def test_exactly_once_sum_bit_for_bit(name, cls, kw):
 
 
 @pytest.mark.parametrize("name,cls,kw", KINDS, ids=IDS)
+def test_the_c_call_and_the_python_path_share_one_protocol(name, cls, kw):
+    """A blocking call on host memory runs in C (csrc/partial/calls.c), a
+    non-blocking one in Python (rounds.py): mixed on one object, with
+    some ranks late, every contribution is delivered exactly once, and
+    sync_every's rounds come from either.  What is reduced in float16
+    (under compression) stays on the Python path (its rounding is
+    NumPy's)."""
+    rng = np.random.default_rng(10 + RANK)
+    ar = cls(np.zeros(4, np.int64), sync_every=7, **kw)
+    assert ar._rounds._fast is not None
+    got, mine = np.zeros(4, np.int64), np.zeros(4, np.int64)
+    for i in range(300):
+        time.sleep(rng.random() * 0.0003)
+        x = rng.integers(-1000, 1000, 4)
+        res = ar(x) if (i + RANK) % 3 else ar.start(x).wait()
+        got += res.data
+        mine += x
+    got += ar.flush().data
+    total = np.empty_like(mine)
+    COMM.Allreduce(mine, total)
+    assert np.array_equal(got, total)
+    ar.close()
+    half = cls(np.zeros(4, np.float32), compression="fp16", **kw)
+    assert half._rounds._fast is None
+    half.close()
+
+
+@pytest.mark.parametrize("name,cls,kw", KINDS, ids=IDS)
 def test_same_round_same_result_and_consistent_counts(name, cls, kw):
     """catch_up=False: every rank that sees round r sees the same data; each
     call contributes 1, so data counts the deposits and active <= data."""

@@ -5,7 +5,12 @@
  * The parts of csrc/ and who may include whom (tests/layout_rules.py keeps
  * it so):
  *
- *     python/     the binding (partialcoll._core)     -> engine, sched, common
+ *     partial/    a separate extension: the partial
+ *                 collectives' blocking call           -> capi
+ *     python/     the binding (partialcoll._core)     -> capi, engine, sched,
+ *                                                        common
+ *     capi/       the executor's C API for the other
+ *                 extensions (one header)             -> nothing
  *     engine/     the progress thread: runs schedules -> sched, transport,
  *                                                        common
  *     sched/      the schedule as a data structure     -> common

@@ -372,5 +372,9 @@ PyMODINIT_FUNC PyInit__core(void)
         return NULL;
     Py_INCREF(&pc_SchedType);
     PyModule_AddObject(m, "Sched", (PyObject *)&pc_SchedType);
+    if (pc_py_add_capi(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

@@ -2,6 +2,8 @@
  *
  *   module.c    the module: engine control, the emulated network, the
  *               timeline, the constants of the C core; registers Sched
+ *   pycapi.c    the executor's C API for the package's other extensions
+ *               (capi/pc_capi.h), a capsule of the module, over Sched
  *   pysched.c   Sched, the Python face of one schedule: building, binding
  *               buffers, posting, fires, gates, the data lock, free
  *   pysync.c    Sched's waits (wait, test, wait_gate, and run's)
@@ -56,6 +58,9 @@ void pc_py_release_views(Py_buffer *views, char *has_view, int n);
 /* release the buffers of freed schedules whose sends have drained;
  * returns how many are still draining */
 int pc_reap(void);
+
+/* pycapi.c: add the capsule _C_API to the module; 0, or -1 */
+int pc_py_add_capi(PyObject *module);
 
 /* pyerrors.c */
 /* raise the exception class registered for code rc; returns NULL */

@@ -235,6 +235,13 @@ class Schedule(GraphBuilder):
         s = self._core_sched()
         return s.test(s.posted if round is None else int(round) + 1)
 
+    def c_object(self) -> Any:
+        """The C core's object of this committed schedule, for the
+        package's C extensions built on the executor's C API
+        (``csrc/capi/pc_capi.h``: the data lock, fire, wait and the
+        reductions, the calls this class makes).  Raises if freed."""
+        return self._core_sched()
+
     def data_lock(self) -> DataLock:
         """Context manager holding the data lock that ``locked`` ops take."""
         self._core_sched()

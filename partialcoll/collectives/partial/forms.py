@@ -127,8 +127,7 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
         form = _new_form(lc, forms, key, kind, name, data, op, comm, kw)
     forms.cache.move_to_end(key)
     form.array_kind = data.kind             # flush_partials delivers so
-    res = form.rounds.start(form.rounds.accept(data, x)[0],
-                            blocking=True).wait()
+    res = form.rounds.call(form.rounds.accept(data, x)[0])
     form.dirty = True
     if form.rounds.kind != "solo":
         lc.pending = True                   # _flush_waiting_forms has work

@@ -15,7 +15,8 @@ contribution is in exactly one round, results are never overwritten while
 read (they are copied out under the lock), and a rank that missed rounds
 gets them all combined.  The synchronous round (flush, close) is in
 :mod:`.synchronous`, what a rank's death does in :mod:`.survival`, the
-request a waiting call holds in :mod:`.waiting`.
+request a waiting call holds in :mod:`.waiting`, the blocking call in C
+in :mod:`.blocking`.
 
 Lifetime.  The user holds a handle
 (:class:`~partialcoll.collectives.partial.handles.PartialAllreduce`); the
@@ -37,6 +38,7 @@ from ...core.errors import (PartialcollError, RankFailedError,
                             ScheduleError, StallWarning)
 from ...core.request import Done
 from . import schedule, stragglers
+from .blocking import Blocking
 from .result import PartialResult
 from .survival import Survival
 from .synchronous import Synchronous
@@ -63,7 +65,7 @@ def refuse(comm, name, problem):
     raise AssertionError("unreachable: the agreement raised")
 
 
-class Rounds(Synchronous, Survival):
+class Rounds(Synchronous, Survival, Blocking):
     """One partial allreduce's schedule, buffers and protocol (see the
     module docstring).  ``args`` is the handle's checked arguments: kind,
     shape, dtype, op, comm, catch_up, sync_every, quorum, seed, memory
@@ -183,6 +185,7 @@ class Rounds(Synchronous, Survival):
             algorithm=self._algorithm, priority=self.priority,
             stamp_id=stamp_id, tag0=self._tag0, activate=self.activate))
         self._trigger, self._bypass = act.trigger, act.bypass
+        self._fast = self._make_fast()
 
     # -- calls ----------------------------------------------------------
     def take_buffer(self, sendbuf, what="sendbuf"):
@@ -337,22 +340,31 @@ class Rounds(Synchronous, Survival):
         with self.sched.data_lock():
             nr = int(m["acc_rounds"][0])
             m["acc_rounds"][0] = 0
-            # latest-only: acc holds the last of the nr rounds, `skipped`
-            # the nr - 1 before it (and any passed over earlier)
-            skipped = 0 if self.catch_up else max(nr - 1, 0)
-            self._nskipped += skipped
             data = self._take_data(sync)
-            # catch-up, or a synchronous round: data covers every deposit up
-            # to acc_seq not returned before; latest-only: just the deposits
-            # (acc_lo, acc_seq]
-            included = int(m["acc_seq"][0]) >= seq and (
-                self.catch_up or sync or seq > int(m["acc_lo"][0]))
-            active = int(m["last_active"][0])
-            marked = sync or int(m["last_flush"][0]) > 0 or \
-                int(m["last_bypass"][0]) > 0
+            nums = (int(m["acc_seq"][0]), int(m["acc_lo"][0]),
+                    int(m["last_active"][0]),
+                    int(m["last_flush"][0]) > 0 or
+                    int(m["last_bypass"][0]) > 0)
             stat_rounds = int(m["stat_rounds"][0])
             late = m["late_total"].copy() \
                 if self._watch.due(stat_rounds) else None
+        return self._taken(data, seq, nr, *nums, stat_rounds, late, sync)
+
+    def _taken(self, data, seq, nr, acc_seq, acc_lo, active, marked,
+               stat_rounds, late, sync=False):
+        """The :class:`PartialResult` of a take (:meth:`take`, or the C
+        call's): ``data`` and the bookkeeping read in the same hold of the
+        lock (the rounds taken, the deposits they cover, the last round's
+        NAP, whether it was marked synchronous, the straggler counters)."""
+        # latest-only: acc held the last of the nr rounds, `skipped` the
+        # nr - 1 before it (and any passed over earlier)
+        skipped = 0 if self.catch_up else max(nr - 1, 0)
+        self._nskipped += skipped
+        # catch-up, or a synchronous round: data covers every deposit up to
+        # acc_seq not returned before; latest-only: the deposits
+        # (acc_lo, acc_seq] only
+        included = acc_seq >= seq and (self.catch_up or sync or
+                                       seq > acc_lo)
         self._observed += nr
         rounds = nr if self.catch_up else min(nr, 1)
         if sync and not self.catch_up:        # the passed-over rounds too
@@ -360,8 +372,8 @@ class Rounds(Synchronous, Survival):
         if late is not None:
             self._watch.observe(stat_rounds, late, self.label)
         return PartialResult(data.reshape(self.shape), included,
-                             self._observed - 1, active, rounds, marked,
-                             skipped)
+                             self._observed - 1, active, rounds,
+                             sync or marked, skipped)
 
     def _take_data(self, sync):
         """Under the lock: a copy of acc (with the passed-over rounds for a
@@ -456,6 +468,7 @@ class Rounds(Synchronous, Survival):
         except PartialcollError:         # a failed schedule: nothing to keep
             self._at_close = None
         self.sched.free()
+        self._fast = None           # its buffers and schedule go
         self._release()
         self.closed = True
         _OPEN.pop(self.order, None)

@@ -1,0 +1,14 @@
+# The C extension partialcoll.collectives.partial._calls (csrc/partial/):
+# a partial allreduce's blocking call, the protocol of rounds.py on the
+# object's own buffers; blocking.py makes and calls it.
+from typing import Any
+
+class Calls:
+    seq: int
+    def __init__(self, sched: Any, buffers: tuple[Any, ...], size: int,
+                 rank: int, kind: int, marks_bypass: bool, seed: int,
+                 trigger: int, bypass: int, base: int, count: int,
+                 itemsize: int, dtype: int, redop: int, /) -> None: ...
+    def call(self, x: Any, observed: int, epochs: int, timeout: float,
+             out: Any, late: Any,
+             /) -> tuple[int, int, int, int, int, int, int]: ...
