@@ -90,9 +90,9 @@ def deliver(rounds, res, kind=None):
     the object's ``like``) and of the object's dtype (16-bit floats,
     accumulated in float32, are rounded here, once; under compression the
     float16 result is converted here)."""
-    if res is not None:
-        res.data = arrays.deliver(res.data, rounds.given,
-                                   kind or rounds.array_kind)
+    kind = kind or rounds.array_kind
+    if res is not None and not (kind is arrays.ARRAY and rounds.as_is):
+        res.data = arrays.deliver(res.data, rounds.given, kind)
     return res
 
 

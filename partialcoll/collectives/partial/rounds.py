@@ -82,6 +82,11 @@ class Rounds(Synchronous, Survival, Blocking):
     def __init__(self, n, args, algorithm):
         for k, v in args.items():
             setattr(self, k, v)
+        # reduced and delivered in the caller's dtype (no conversion), and
+        # flat: what the common call need not do
+        self.as_is = self.given is not arrays.BFLOAT16 and \
+            self.given == self.dtype
+        self._flat = len(self.shape) == 1
         lc = libcomm.library_comm(self.comm, survivors=True)
         self.size, self.rank = lc.size, lc.rank
         try:
@@ -199,8 +204,9 @@ class Rounds(Synchronous, Survival, Blocking):
                 (sendbuf.dtype is self.given or sendbuf.dtype == self.given):
             # the common case, a plain host array of the object's dtype and
             # size: what the general path below gives it, without its checks
-            return (arrays.reduced_as(sendbuf.reshape(-1), self.given,
-                                      self.dtype), arrays.ARRAY)
+            x = sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1)
+            return (x if self.as_is else
+                    arrays.reduced_as(x, self.given, self.dtype), arrays.ARRAY)
         data = arrays.ingest(sendbuf, what)
         x = devices.flat_in_place(data.array, self.mem, self.device, what,
                                   self.name)
@@ -371,7 +377,8 @@ class Rounds(Synchronous, Survival, Blocking):
             rounds, skipped, self._nskipped = rounds + self._nskipped, 0, 0
         if late is not None:
             self._watch.observe(stat_rounds, late, self.label)
-        return PartialResult(data.reshape(self.shape), included,
+        return PartialResult(data if self._flat else
+                             data.reshape(self.shape), included,
                              self._observed - 1, active, rounds,
                              sync or marked, skipped)
 
