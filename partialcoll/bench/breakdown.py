@@ -166,9 +166,11 @@ def _breakdown(kind, x, comm, args, k):
     comm.Barrier()
     untraced.append(_median_call(ar, x, args.iters // 2))
     ar.flush()
-    comm.Barrier()
     timeline.clear()
     timeline.enable()
+    # every rank records before any calls: a round a faster rank starts
+    # would otherwise run here, its first ops unrecorded
+    comm.Barrier()
     try:
         calls = _calls(ar, x, args.iters, comm, kind)
     finally:
