@@ -37,8 +37,12 @@ typedef struct {
     PyObject *comm;            /* keeps the mpi4py communicator alive */
 } SchedObject;
 
-/* pysched.c */
+/* pysched.c: the Sched type; fire, and the data lock taken and given
+ * back with the GIL held (0, or -1 with an exception set) */
 extern PyTypeObject pc_SchedType;
+int pc_py_fire(SchedObject *self, int op, long long round, int wake);
+int pc_py_lock_data(pc_sched *s);
+void pc_py_unlock_data(pc_sched *s);
 
 /* pysync.c: Sched methods, and the wait of run() */
 PyObject *pc_py_wait(SchedObject *self, PyObject *args);

@@ -17,26 +17,12 @@ static int capi_lock(PyObject *obj)
 {
     if (capi_check(obj) < 0)
         return -1;
-    pc_sched *s = ((SchedObject *)obj)->s;
-    if (pc_sched_lock_mine(s)) {
-        pc_raise(PC_EINVAL, "this thread already holds the schedule's data "
-                 "lock");
-        return -1;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    pc_sched_lock(s);
-    Py_END_ALLOW_THREADS
-    return 0;
+    return pc_py_lock_data(((SchedObject *)obj)->s);
 }
 
-/* as Sched.unlock(): the progress thread is woken only where locked ops
- * were deferred while the lock was held */
 static void capi_unlock(PyObject *obj)
 {
-    pc_sched *s = ((SchedObject *)obj)->s;
-    pc_sched_unlock(s);
-    if (!atomic_load(&s->closing) && atomic_exchange(&s->unlock_wakes, 0))
-        pc_engine_notify(s);
+    pc_py_unlock_data(((SchedObject *)obj)->s);
 }
 
 static int capi_reduce(const void *src, void *dst, int64_t count, int dtype,
@@ -58,13 +44,7 @@ static int capi_fire(PyObject *obj, int op, int64_t round, int wake)
 {
     if (capi_check(obj) < 0)
         return -1;
-    int rc = pc_engine_fire(((SchedObject *)obj)->s, op, round, wake);
-    if (rc != PC_OK) {
-        pc_raise(rc, rc == PC_EINVAL ? "fire() needs the index of a trigger "
-                 "op" : "out of memory");
-        return -1;
-    }
-    return 0;
+    return pc_py_fire((SchedObject *)obj, op, round, wake);
 }
 
 static int capi_wait(PyObject *obj, uint64_t upto, double timeout)

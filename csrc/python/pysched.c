@@ -258,17 +258,26 @@ static PyObject *sched_set_reliable(SchedObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+int pc_py_fire(SchedObject *self, int op, long long round, int wake)
+{
+    if (pc_check_open(self))
+        return -1;
+    int rc = pc_engine_fire(self->s, op, round, wake);
+    if (rc != PC_OK) {
+        pc_raise(rc, rc == PC_EINVAL ? "fire() needs the index of a trigger "
+                 "op" : "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *sched_fire(SchedObject *self, PyObject *args)
 {
     int op, wake = 1;
     long long round = -1;
     if (!PyArg_ParseTuple(args, "i|Lp", &op, &round, &wake) ||
-        pc_check_open(self))
+        pc_py_fire(self, op, round, wake) < 0)
         return NULL;
-    int rc = pc_engine_fire(self->s, op, round, wake);
-    if (rc != PC_OK)
-        return pc_raise(rc, rc == PC_EINVAL ? "fire() needs the index of a "
-                        "trigger op" : "out of memory");
     Py_RETURN_NONE;
 }
 
@@ -310,20 +319,42 @@ static PyObject *sched_run(SchedObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* lock()/unlock(): the data lock that LOCKED ops hold while they run. */
+/* The data lock that LOCKED ops hold while they run, taken and given back
+ * by a thread that holds the GIL (lock() and unlock() below, and the C API
+ * of pycapi.c). */
+int pc_py_lock_data(pc_sched *s)
+{
+    if (pc_sched_lock_mine(s)) {
+        pc_raise(PC_EINVAL, "this thread already holds the schedule's data "
+                 "lock");
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    pc_sched_lock(s);
+    Py_END_ALLOW_THREADS
+    return 0;
+}
+
+void pc_py_unlock_data(pc_sched *s)
+{
+    pc_sched_unlock(s);
+    /* wake the progress thread only when locked ops were deferred: a wake
+     * per unlock (two per partial-collective call) costs a context switch */
+    if (!atomic_load(&s->closing) && atomic_exchange(&s->unlock_wakes, 0))
+        pc_engine_notify(s);
+}
+
 static PyObject *sched_lock(SchedObject *self, PyObject *unused)
 {
     (void)unused;
     if (pc_check_open(self))
         return NULL;
     pc_sched *s = self->s;
-    if (pc_sched_lock_mine(s))
-        return pc_raise(PC_EINVAL, "this thread already holds the "
-                        "schedule's data lock");
-    pc_sched_ref(s);
-    Py_BEGIN_ALLOW_THREADS
-    pc_sched_lock(s);
-    Py_END_ALLOW_THREADS
+    pc_sched_ref(s);            /* another thread may free it meanwhile */
+    if (pc_py_lock_data(s) < 0) {
+        pc_sched_unref(s);
+        return NULL;
+    }
     self->locked = s;
     Py_RETURN_NONE;
 }
@@ -335,11 +366,7 @@ static PyObject *sched_unlock(SchedObject *self, PyObject *unused)
     if (!s || !pc_sched_lock_mine(s))
         return pc_raise(PC_EINVAL, "unlock() without lock() on this thread");
     self->locked = NULL;
-    pc_sched_unlock(s);
-    /* wake the progress thread only when locked ops were deferred: a wake
-     * per unlock (two per partial-collective call) costs a context switch */
-    if (!atomic_load(&s->closing) && atomic_exchange(&s->unlock_wakes, 0))
-        pc_engine_notify(s);
+    pc_py_unlock_data(s);
     pc_sched_unref(s);
     Py_RETURN_NONE;
 }
