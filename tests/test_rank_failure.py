@@ -338,6 +338,7 @@ LATE_TAKER = '''
 import json, os, time
 import numpy as np
 from mpi4py import MPI
+from partialcoll import RankFailedError
 from partialcoll.eager import EagerAverager
 
 world = MPI.COMM_WORLD
@@ -362,6 +363,23 @@ def failed():
         group.Free()
 
 
+def until(cond, what):
+    t = time.monotonic() + 30.0
+    while not cond():
+        assert time.monotonic() < t, f"rank {rank}: {what} never came"
+        MPI.COMM_SELF.Iprobe()    # MPI calls: heartbeats for the detector
+        time.sleep(0.001)
+
+
+def round_failed_here():
+    # white-box: whether this rank's schedule recorded a failed round
+    try:
+        avg._buckets[0].colls[0]._rounds.sched.test()
+    except RankFailedError:
+        return True
+    return False
+
+
 for step in range(3):
     add(avg.reduce([g]))
 add(avg.flush())                  # every round so far taken everywhere
@@ -374,19 +392,18 @@ if rank == late:
     # the wait for the round that completed then joins the survivors'
     # recovery first, and takes that round after it, in the smaller group
     avg.offer(0, g)
-    while not failed():
-        MPI.COMM_SELF.Iprobe()    # MPI calls: heartbeats for the detector
-        time.sleep(0.001)
-    t = time.monotonic() + 2.0
-    while time.monotonic() < t:
-        MPI.COMM_SELF.Iprobe()
-        time.sleep(0.001)
+    until(round_failed_here, "the failed round")
     add(avg.reduce([None]))
     late_size = avg.group_size
 else:
     add(avg.reduce([g]))          # takes that round before the death
     if rank == victim:
         os._exit(3)
+    # the next round starts after the death is known here, so the victim
+    # cannot have joined it: it fails (with the victim still alive, its
+    # progress thread could complete it, and nothing would fail before
+    # close)
+    until(failed, "the death")
     add(avg.reduce([g]))          # meets the death
 size = avg.group_size
 add(avg.close())
