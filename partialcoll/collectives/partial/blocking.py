@@ -8,6 +8,7 @@ import numpy as np
 from ...core import devices, ops
 from ...core.errors import RankFailedError, ScheduleError, WaitTimeout
 from . import _calls
+from .result import PartialResult
 from .waiting import RoundsRequest
 
 #: the bookkeeping buffers the C call takes after pending, acc and
@@ -23,6 +24,7 @@ class Blocking:
     """The blocking-call half of :class:`.rounds.Rounds`."""
 
     _fast = None        # the C call of the current schedule, or None
+    _quick = False      # whether quick() applies
 
     def _make_fast(self):
         """The blocking call in C (:mod:`._calls`, the same protocol on the
@@ -40,6 +42,8 @@ class Blocking:
         except ScheduleError:
             return None
         self._late = np.zeros(self.size, np.int64)
+        self._n = self._pending.size
+        self._quick = self.as_is and self.catch_up and not self.sync_every
         m = self._meta
         return _calls.Calls(
             self.sched.c_object(),
@@ -59,12 +63,49 @@ class Blocking:
         if fast is None or (self.sync_every and
                             (self._calls + 1) % self.sync_every == 0):
             return self.start(x, blocking=True).wait()
+        got = self._in_c(fast, x)
+        if type(got) is not tuple:
+            return got
+        out, seq, nr, acc_seq, acc_lo, active, marked, stat_rounds = got
+        late = self._late.copy() if self._watch.due(stat_rounds) else None
+        return self._taken(out, seq, nr, acc_seq, acc_lo, active, marked,
+                           stat_rounds, late)
+
+    def quick(self, a):
+        """The whole blocking call for the common argument: ``a`` a
+        C-contiguous NumPy array of the object's dtype and size, on an
+        object whose results need no conversion, that catches up and has
+        no ``sync_every`` (:data:`_quick`, set with the C call).  What
+        :meth:`take_buffer`, :meth:`call`, :meth:`_taken` and the
+        handle's delivery do, less the steps that do nothing here.  None:
+        not that case (the caller takes the general path)."""
+        if not self._quick or type(a) is not np.ndarray or \
+                a.dtype is not self.given or a.size != self._n or \
+                not a.flags.c_contiguous:
+            return None
+        self.check_open()
+        got = self._in_c(self._fast, a if a.ndim == 1 else a.reshape(-1))
+        if type(got) is not tuple:
+            return got
+        out, seq, nr, acc_seq, _, active, marked, stat_rounds = got
+        if self._watch.due(stat_rounds):
+            self._watch.observe(stat_rounds, self._late.copy(), self.label)
+        self._observed = observed = self._observed + nr
+        return PartialResult(out if self._flat else out.reshape(self.shape),
+                             acc_seq >= seq, observed - 1, active, nr,
+                             marked > 0)
+
+    def _in_c(self, fast, x):
+        """The C call of ``x`` (flat, of the object's dtype): the result
+        array and the numbers of the take, as a tuple; or, where its wait
+        met a rank's death or outlasted ``patience``, the
+        :class:`PartialResult` of the request that went on."""
         self._calls += 1
         rnd = self._observed
         warn = self.patience > 0 and not self.warned_wait
-        out = np.empty_like(self._acc)
+        out = np.empty(self._n, self.dtype)
         try:
-            seq, nr, *nums, stat_rounds = fast.call(
+            return (out,) + fast.call(
                 x, rnd, self._epochs, self.patience if warn else -1.0, out,
                 self._late)
         except WaitTimeout:
@@ -78,5 +119,3 @@ class Blocking:
             request = RoundsRequest(self, rnd, fast.seq)
             self.survive(e)
             return request.wait()
-        late = self._late.copy() if self._watch.due(stat_rounds) else None
-        return self._taken(out, seq, nr, *nums, stat_rounds, late)

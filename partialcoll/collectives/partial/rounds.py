@@ -190,6 +190,7 @@ class Rounds(Synchronous, Survival, Blocking):
             algorithm=self._algorithm, priority=self.priority,
             stamp_id=stamp_id, tag0=self._tag0, activate=self.activate))
         self._trigger, self._bypass = act.trigger, act.bypass
+        self._quick = False
         self._fast = self._make_fast()
 
     # -- calls ----------------------------------------------------------
@@ -380,7 +381,7 @@ class Rounds(Synchronous, Survival, Blocking):
         return PartialResult(data if self._flat else
                              data.reshape(self.shape), included,
                              self._observed - 1, active, rounds,
-                             sync or marked, skipped)
+                             bool(sync or marked), skipped)
 
     def _take_data(self, sync):
         """Under the lock: a copy of acc (with the passed-over rounds for a
@@ -475,7 +476,7 @@ class Rounds(Synchronous, Survival, Blocking):
         except PartialcollError:         # a failed schedule: nothing to keep
             self._at_close = None
         self.sched.free()
-        self._fast = None           # its buffers and schedule go
+        self._fast, self._quick = None, False   # its buffers and schedule go
         self._release()
         self.closed = True
         _OPEN.pop(self.order, None)
