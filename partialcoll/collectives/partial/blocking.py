@@ -74,8 +74,9 @@ class Blocking:
     def quick(self, a):
         """The whole blocking call for the common argument: ``a`` a
         C-contiguous NumPy array of the object's dtype and size, on an
-        object whose results need no conversion, that catches up and has
-        no ``sync_every`` (:data:`_quick`, set with the C call).  What
+        open object whose results need no conversion, that catches up and
+        has no ``sync_every`` (:data:`_quick`, set with the C call, unset
+        when the object is closed or its schedule freed).  What
         :meth:`take_buffer`, :meth:`call`, :meth:`_taken` and the
         handle's delivery do, less the steps that do nothing here.  None:
         not that case (the caller takes the general path)."""
@@ -83,14 +84,19 @@ class Blocking:
                 a.dtype is not self.given or a.size != self._n or \
                 not a.flags.c_contiguous:
             return None
-        self.check_open()
-        got = self._in_c(self._fast, a if a.ndim == 1 else a.reshape(-1))
-        if type(got) is not tuple:
-            return got
-        out, seq, nr, acc_seq, _, active, marked, stat_rounds = got
-        if self._watch.due(stat_rounds):
+        self._calls += 1
+        rnd = self._observed
+        out = np.empty(self._n, self.dtype)
+        try:
+            seq, nr, acc_seq, _, active, marked, stat_rounds = \
+                self._fast.call(a if a.ndim == 1 else a.reshape(-1), rnd,
+                                self._epochs, self._wait_limit, out,
+                                self._late)
+        except (WaitTimeout, RankFailedError) as e:
+            return self._went_on(e, rnd)
+        if stat_rounds >= self._watch.next_due:
             self._watch.observe(stat_rounds, self._late.copy(), self.label)
-        self._observed = observed = self._observed + nr
+        self._observed = observed = rnd + nr
         return PartialResult(out if self._flat else out.reshape(self.shape),
                              acc_seq >= seq, observed - 1, active, nr,
                              marked > 0)
@@ -102,20 +108,26 @@ class Blocking:
         :class:`PartialResult` of the request that went on."""
         self._calls += 1
         rnd = self._observed
-        warn = self.patience > 0 and not self.warned_wait
         out = np.empty(self._n, self.dtype)
         try:
-            return (out,) + fast.call(
-                x, rnd, self._epochs, self.patience if warn else -1.0, out,
-                self._late)
-        except WaitTimeout:
+            return (out,) + fast.call(x, rnd, self._epochs, self._wait_limit,
+                                      out, self._late)
+        except (WaitTimeout, RankFailedError) as e:
+            return self._went_on(e, rnd)
+
+    def _went_on(self, error, rnd):
+        """The C call waiting for round ``rnd`` raised ``error``: its wait
+        outlasted ``patience`` (warn, and wait on) or met a rank's death
+        (the survivors' recovery, where the object carries on); the
+        :class:`PartialResult` of the request that goes on."""
+        fast = self._fast
+        if isinstance(error, WaitTimeout):
             self.warn_waiting(rnd, self.patience)
             return RoundsRequest(self, rnd, fast.seq).wait()
-        except RankFailedError as e:
-            if fast.seq < 0:
-                raise
-            # made before the recovery, the request settles what the
-            # recovery did to its round
-            request = RoundsRequest(self, rnd, fast.seq)
-            self.survive(e)
-            return request.wait()
+        if fast.seq < 0:
+            raise error
+        # made before the recovery, the request settles what the recovery
+        # did to its round
+        request = RoundsRequest(self, rnd, fast.seq)
+        self.survive(error)
+        return request.wait()

@@ -121,6 +121,8 @@ class Rounds(Synchronous, Survival, Blocking):
         self._epochs = 0                  # synchronous rounds done here
         # seconds a call waits before it says what its round waits for
         self.patience = env.get(env.WAIT_WARN_S, 10.0, float)
+        # the C call's wait limit: patience until a long wait was logged
+        self._wait_limit = self.patience if self.patience > 0 else -1.0
         self.closed, self._at_close = False, None
         self.orphaned = False             # its handle was dropped
         Rounds._created += 1
@@ -502,6 +504,7 @@ class Rounds(Synchronous, Survival, Blocking):
         level above WARNING on the ``partialcoll`` logger silences
         both)."""
         self.warned_wait = True
+        self._wait_limit = -1.0
         text = (f"{self.name}: rank {self.rank} has waited {seconds:g} s "
                 f"for round {rnd}, which waits for {self.waits_for(rnd)}. "
                 "If a rank it needs has entered another collective (an "

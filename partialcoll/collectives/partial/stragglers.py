@@ -28,18 +28,19 @@ class StragglerWatch:
         self.size, self.rank = size, rank
         self.seen = []            # (stat_rounds, late_total)
         self.warned = False
+        #: :meth:`observe` wants the counts from this many rounds on
+        self.next_due = 0
 
     def due(self, stat_rounds):
         """Whether :meth:`observe` wants the counts at ``stat_rounds``."""
-        return not self.warned and (
-            not self.seen or
-            stat_rounds - self.seen[-1][0] >= LATE_WINDOW // 4)
+        return stat_rounds >= self.next_due
 
     def observe(self, stat_rounds, late, label):
         """The per-rank late counts ``late`` after ``stat_rounds`` plain
         rounds of the object called ``label``."""
         seen = self.seen
         seen.append((stat_rounds, late))
+        self.next_due = stat_rounds + LATE_WINDOW // 4
         while len(seen) > 1 and stat_rounds - seen[1][0] >= LATE_WINDOW:
             seen.pop(0)
         r0, late0 = seen[0]
@@ -49,6 +50,7 @@ class StragglerWatch:
         slow = np.flatnonzero(2 * (late - late0) > span)
         if 0 < slow.size < self.size:
             self.warned = True
+            self.next_due = float("inf")
             logs.once(log, self.rank, logging.WARNING,
                       "%s: rank(s) %s were late (their data missed the "
                       "round and was carried into a later one) in most of "

@@ -76,6 +76,7 @@ class Survival:
         Then the schedule is rebuilt over the survivors, counting rounds
         from hi: everyone has completed exactly hi rounds.  Quorum's k
         becomes min(k, survivors)."""
+        self._quick = False      # its C call goes with the schedule
         self.sched.free()        # no op of it runs any more
         if self.on_failure != "continue" or self.mem is not devices.HOST:
             self._failed = RankFailedError(
