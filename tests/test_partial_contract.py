@@ -269,3 +269,25 @@ def test_eager_stats_carry_the_straggler_report():
     assert len(st["late_share"]) == P and len(st["mean_lag"]) == P
     assert st["slowest"] in range(P)
     avg.close()
+
+
+@pytest.mark.parametrize("name,cls,kw", KINDS, ids=IDS)
+def test_tree_activation_keeps_the_contract(monkeypatch, name, cls, kw):
+    """Above FLAT_MAX ranks the activation spreads along the circulant
+    trees instead of going to every rank directly: forced here at this
+    P, the same runs deliver everything exactly once, and majority's
+    rounds still hold their initiator's data."""
+    from partialcoll.collectives.partial import schedule
+    monkeypatch.setattr(schedule, "FLAT_MAX", 1)
+    rng = np.random.default_rng(RANK + 41)
+    ar = cls(np.zeros(4, np.int64), **kw)
+    calls, fin = uneven_run(ar, 150, 0.0005, 7,
+                            lambda: rng.integers(-100, 100, 4))
+    got = sum(res.data for _, res in calls) + fin.data
+    total = np.empty(4, np.int64)
+    COMM.Allreduce(sum(x for x, _ in calls), total)
+    assert np.array_equal(got, total), (got, total)
+    if name == "majority":
+        bad = [res for _, res in calls if res.active < 1 and not res.sync]
+        assert not bad, bad[:3]
+    ar.close()

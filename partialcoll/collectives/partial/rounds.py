@@ -137,7 +137,7 @@ class Rounds(Synchronous, Survival, Blocking):
 
     def activate(self, s, P, rank, tags):
         """Build the kind's activation into ``s`` (see :mod:`.schedule`)."""
-        return schedule.circulant_activation(s, P, rank, tags)
+        return schedule.any_rank_activation(s, P, rank, tags)
 
     def _check_consistent(self, lc, algorithm, problem=None):
         """Collective: the same error on every rank when a rank found a

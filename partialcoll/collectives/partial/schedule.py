@@ -11,15 +11,30 @@ reduced twice (data with op, flags with SUM).  Larger data runs its own
 algorithm beside a recursive doubling of the flags.
 
 * activation: who may start a round.
-  - solo: every rank's trigger T (stamped with the round) starts it; the
-    activation spreads through a union of binomial trees on the circulant
-    graph x -> x + 2^j (mod P): the send on dimension j fires on ANY(T, a
-    receive on a lower dimension), so any P works and simultaneous initiators
-    give one round (consumable ops + round-stamped messages).
-  - majority: the same graph, but only the rank drawn for the round (a hash
-    of a seed shared by all ranks and the round number) fires T.
+  - solo: every rank's trigger T (stamped with the round) starts it.  Up
+    to :data:`FLAT_MAX` ranks T sends the activation to every other rank
+    directly: every rank hears it after one message, and a rank activated
+    by a message forwards nothing.  Above, it spreads through a union of
+    binomial trees on the circulant graph x -> x + 2^j (mod P): the send
+    on dimension j fires on ANY(T, a receive on a lower dimension).
+    Either way any P works and simultaneous initiators give one round
+    (consumable ops + round-stamped messages).
+  - majority: the same, but only the rank drawn for the round (a hash of
+    a seed shared by all ranks and the round number) fires T.
   - quorum(k): every caller sends a stamped arrival to rank 0, whose
-    activation NOP needs k of the P arrivals, then broadcasts.
+    activation NOP needs k of the P arrivals, then sends the activation
+    as solo's T does.
+
+  Why direct sends up to FLAT_MAX: a rank that is not inside a call
+  hears a message when its progress thread next polls, tens of
+  microseconds apart between rounds, so each hop of a tree costs about
+  that; the log2 P hops of the trees, one after the other, made most of
+  a round under skew (the round's exchange cannot start before its last
+  rank is activated).  The initiator's P - 1 sends cost a microsecond or
+  less each.  Where everyone starts a round at once, the surplus
+  messages (counted in ``Schedule.stats``) cost CPU and nothing else.
+  Above FLAT_MAX ranks the initiator's sends, one after the other, would
+  cost more than the trees' hops.
 * snapshot, under the schedule's data lock: send <- pending, pending <-
   identity, flags [fresh, flush, bypass, late_0 .. late_P-1, mark_0 ..
   mark_P-1] -> meta (then reset: late is 1 in this rank's own slot unless
@@ -108,26 +123,45 @@ class Activation:
         self.trigger, self.bypass, self.done = trigger, bypass, done
 
 
-def circulant_activation(s, P, rank, tags):
-    """Solo's and majority's activation: the trigger, or a receive on any
-    circulant dimension, activates; each rank forwards on the dimensions
-    above the one it heard on."""
+#: up to this many ranks an activation goes from its initiator to every
+#: other rank directly (see the module docstring)
+FLAT_MAX = 64
+
+
+def any_rank_activation(s, P, rank, tags):
+    """Solo's and majority's activation: the trigger, or an activation
+    message, activates.  Up to :data:`FLAT_MAX` ranks the trigger sends
+    to every other rank; above, each rank forwards on the circulant
+    dimensions above the one it heard on."""
     trigger = s.trigger(optional=True)
     tag0 = tags["activation"]
-    dims = [j for j in range(P.bit_length()) if (1 << j) < P]
-    recvs = [s.recv(peer=(rank - (1 << j)) % P, tag=tag0 + j, stamped=True,
-                    optional=True) for j in dims]
-    for j in dims:
-        s.send(peer=(rank + (1 << j)) % P, tag=tag0 + j, stamped=True,
-               optional=True, after=[trigger] + recvs[:j], mode=1)
+    if P <= FLAT_MAX:
+        others = [(rank + d) % P for d in range(1, P)]
+        recvs = [s.recv(peer=p, tag=tag0, stamped=True, optional=True)
+                 for p in others]
+        _send_to_all(s, others, tag0, trigger)
+    else:
+        dims = [j for j in range(P.bit_length()) if (1 << j) < P]
+        recvs = [s.recv(peer=(rank - (1 << j)) % P, tag=tag0 + j,
+                        stamped=True, optional=True) for j in dims]
+        for j in dims:
+            s.send(peer=(rank + (1 << j)) % P, tag=tag0 + j, stamped=True,
+                   optional=True, after=[trigger] + recvs[:j], mode=1)
     return Activation(trigger, trigger,
                       s.nop(after=[trigger] + recvs, mode=1))
 
 
+def _send_to_all(s, peers, tag, act):
+    """The activation's stamped sends to ``peers``, once ``act`` ran."""
+    for p in peers:
+        s.send(peer=p, tag=tag, stamped=True, optional=True, after=[act])
+
+
 def quorum_activation(s, P, rank, tags, quorum):
     """Quorum's activation: arrivals go to rank 0, whose activation needs
-    ``quorum`` of them and is broadcast on the same circulant trees as
-    solo's.  A second trigger (the bypass: synchronous rounds,
+    ``quorum`` of them and is sent on as solo's is (to every rank
+    directly up to :data:`FLAT_MAX` ranks, else on the circulant
+    trees).  A second trigger (the bypass: synchronous rounds,
     flush-started rounds and callers while someone flushes) sends a flush
     arrival instead, and any one flush arrival activates on its own::
 
@@ -145,6 +179,9 @@ def quorum_activation(s, P, rank, tags, quorum):
                           optional=True) for p in range(1, P)]
         count = s.nop(after=[trigger] + arrivals, need=quorum, optional=True)
         act = s.nop(after=[count, bypass] + flushes, mode=1)
+        if P <= FLAT_MAX:
+            _send_to_all(s, range(1, P), tag0, act)
+            return Activation(trigger, bypass, act)
         for j in dims:
             s.send(peer=1 << j, tag=tag0 + j, stamped=True, optional=True,
                    after=[act])
@@ -153,6 +190,9 @@ def quorum_activation(s, P, rank, tags, quorum):
            after=[trigger])
     s.send(peer=0, tag=tags["flush_arrive"], stamped=True, optional=True,
            after=[bypass])
+    if P <= FLAT_MAX:
+        heard = s.recv(peer=0, tag=tag0, stamped=True, optional=True)
+        return Activation(trigger, bypass, s.nop(after=[heard], mode=1))
     recvs = [s.recv(peer=(rank - (1 << j)) % P, tag=tag0 + j, stamped=True,
                     optional=True) for j in dims]
     for j in dims[1:]:
