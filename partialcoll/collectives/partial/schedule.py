@@ -33,8 +33,9 @@ algorithm beside a recursive doubling of the flags.
   rank is activated).  The initiator's P - 1 sends cost a microsecond or
   less each.  Where everyone starts a round at once, the surplus
   messages (counted in ``Schedule.stats``) cost CPU and nothing else.
-  Above FLAT_MAX ranks the initiator's sends, one after the other, would
-  cost more than the trees' hops.
+  The initiator's sends go out one after the other, so with many ranks
+  they would cost more than the trees' hops: FLAT_MAX bounds that, a
+  choice measured up to 32 ranks on one host, not beyond.
 * snapshot, under the schedule's data lock: send <- pending, pending <-
   identity, flags [fresh, flush, bypass, late_0 .. late_P-1, mark_0 ..
   mark_P-1] -> meta (then reset: late is 1 in this rank's own slot unless
