@@ -168,3 +168,80 @@ def test_options_of_a_function_form_are_checked_before_any_collective():
     # the cached signature was not flushed for the refused ones
     assert all(f.dirty for f in forms.cache.values())
     pc.close_partials(COMM)
+
+
+def test_repeated_calls_take_the_cached_form_and_keep_its_contract():
+    """A repeated call of a signature with NumPy arrays goes from one
+    cached lookup to the object's one-frame call; the entries for it go
+    with their forms when the cache evicts them, and a recvbuf the cached
+    call cannot take is still checked, and refused, in full."""
+    limit = forms_module.FORMS_PER_COMM
+    sizes = range(1, limit + 6)
+    got = {n: np.zeros(n) for n in sizes}
+    out = {n: np.empty(n) for n in sizes}
+    for rep in range(3):
+        for n in sizes:
+            res = pc.solo_allreduce(np.ones(n), out[n])
+            assert res.data is out[n]
+            got[n] += out[n]
+            forms = libcomm.find(COMM).cache["partial.forms"]
+            assert len(forms.fast) <= limit
+            assert forms.fast[("solo", np.dtype(np.float64), (n,),
+                               pc.SUM)][0] is forms.cache[next(reversed(
+                                   forms.cache))]
+    for n, data in settle_all().items():
+        got[n] += data
+    for n in sizes:
+        assert (got[n] == 3 * P).all(), (n, got[n])
+    x = np.ones(4)
+    got = pc.solo_allreduce(x, np.empty(4)).data.copy()
+    got += pc.solo_allreduce(x, np.empty(4)).data    # the cached path now
+    with pytest.raises(pc.ScheduleError, match="recvbuf has 5 elements"):
+        pc.solo_allreduce(x, np.empty(5))
+    frozen = np.empty(4)
+    frozen.flags.writeable = False
+    with pytest.raises(pc.ScheduleError, match="read-only"):
+        pc.solo_allreduce(x, frozen)
+    res = pc.solo_allreduce(x, np.empty((2, 2)))        # another shape
+    assert res.data.shape == (2, 2)
+    got += res.data.reshape(-1)
+    buf = np.empty(4)
+    for _ in range(3):                     # in place, as comm.Allreduce
+        buf[...] = 1
+        res = pc.solo_allreduce(MPI.IN_PLACE, buf)
+        assert res.data is buf
+        got += buf
+    got += settle_all().get(4, 0)          # both signatures of 4 elements
+    assert (got == 6 * P).all(), got
+
+
+def test_a_cached_call_delivers_later_flushes_as_its_own_type():
+    """flush_partials returns a form's held result as its latest caller's
+    type: a NumPy call on the cached path after a torch call of the same
+    signature makes it NumPy again."""
+    torch = pytest.importorskip("torch")
+    k = max(1, P // 2)
+    pc.quorum_allreduce(np.ones(3), k)
+    pc.quorum_allreduce(torch.ones(3, dtype=torch.float64), k)
+    pc.quorum_allreduce(np.ones(3), k)     # the cached path
+    flushed = pc.flush_partials(COMM)
+    assert flushed and all(type(res.data) is np.ndarray
+                           for _, res in flushed), flushed
+    pc.close_partials(COMM)
+
+
+def test_a_cached_call_flushes_the_waiting_forms_first():
+    """A solo form's repeated call, on the cached path, still flushes the
+    majority form called before it (a rank inside that call may be
+    waiting for this one), and what the flush returns comes back."""
+    got = np.zeros(3)
+    pc.solo_allreduce(np.ones(5))
+    forms = libcomm.find(COMM).cache["partial.forms"]
+    for _ in range(3):
+        got += pc.majority_allreduce(np.ones(3), seed=3).data
+        pc.solo_allreduce(np.ones(5))          # the cached path
+        waiting = [f for f in forms.cache.values()
+                   if f.rounds.kind == "majority"]
+        assert waiting and not any(f.dirty for f in waiting)
+    got += settle_all().get(3, 0)
+    assert (got == 3 * P).all(), got

@@ -8,7 +8,6 @@ message's completion (or leave the message stuck in the model): its send
 never completed and the round hung.  It now makes room for a message's
 completion before it takes the message, where a failure is the start's
 own error.  Runs as its own mpiexec job (fresh allocation counts)."""
-import pytest
 
 JOB = """
 import time, numpy as np, partialcoll as pc

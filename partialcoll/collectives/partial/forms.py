@@ -39,7 +39,7 @@ from ...core import arrays, devices, libcomm
 from ...core.buffers import Buffer
 from ...core.checks import check_comm, check_int
 from ...core.errors import ScheduleError
-from ...core.ops import OPS, OpLike, as_op
+from ...core.ops import OPS, Op, OpLike, as_op
 from .handles import deliver, make_rounds
 from .result import PartialResult
 from .rounds import open_rounds
@@ -76,6 +76,11 @@ class _Forms:
         # result as accumulated: not delivered)
         self.held = {}
         self.created = 0
+        # (kind, dtype, shape, op, options) -> (_Form, its array kind):
+        # the repeated call with NumPy arrays (see _again); an entry is
+        # used only while its form is the cached one of its key, and goes
+        # when the form is evicted
+        self.fast = {}
 
 
 def _forms(lc):
@@ -98,7 +103,11 @@ def _merge(first, later, combine):
 
 def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
     """One call of a function form: the user's buffer is taken in once
-    (ingested, placed, checked), then the cached object's call."""
+    (ingested, placed, checked), then the cached object's call.  A repeated
+    call with NumPy arrays goes through :func:`_again`."""
+    res = _again(kind, sendbuf, recvbuf, op, comm, kw)
+    if res is not None:
+        return res
     comm = check_comm(comm)
     if sendbuf is MPI.IN_PLACE:          # as comm.Allreduce(IN_PLACE, buf)
         if recvbuf is None:
@@ -131,6 +140,9 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
     form.dirty = True
     if form.rounds.kind != "solo":
         lc.pending = True                   # _flush_waiting_forms has work
+    fast = _fast_key(kind, sendbuf, op, kw)
+    if fast is not None and mem is devices.HOST:
+        forms.fast[fast] = (form, data.kind)
     if form.held is not None:
         res, form.held = _merge(form.held, res, form.rounds.combine), None
     if out is None:
@@ -140,6 +152,60 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
     else:
         out[...] = res.data.reshape(-1)
     res.data = recvbuf
+    return res
+
+
+def _fast_key(kind, sendbuf, op, kw):
+    """The key of a call that :func:`_again` may take next time (a NumPy
+    ``sendbuf``, an :class:`~partialcoll.Op` and int options), else None."""
+    if type(sendbuf) is not np.ndarray or type(op) is not Op or \
+            any(type(v) is not int for v in kw.values()):
+        return None
+    return (kind, sendbuf.dtype, sendbuf.shape, op) + tuple(kw.values())
+
+
+def _again(kind, sendbuf, recvbuf, op, comm, kw):
+    """A repeated function-form call, from one cached lookup: ``sendbuf``
+    (and ``recvbuf``, if given) C-contiguous NumPy arrays of the shape and
+    dtype of an earlier call of the signature on this communicator, whose
+    form is still cached, has nothing held for it and takes the object's
+    one-frame call (see ``Blocking.quick``); ``MPI.IN_PLACE`` takes
+    ``recvbuf``'s contents.  Does what the general path
+    does in that case: the flush of the other signatures, the cache's
+    order, the result into ``recvbuf``.  None: not that case (the general
+    path checks, and says what is wrong)."""
+    if sendbuf is MPI.IN_PLACE:
+        sendbuf = recvbuf
+    key = _fast_key(kind, sendbuf, op, kw)
+    if key is None or (recvbuf is not None and (
+            type(recvbuf) is not np.ndarray or
+            recvbuf.dtype != sendbuf.dtype or
+            recvbuf.shape != sendbuf.shape or
+            not recvbuf.flags.c_contiguous or
+            not recvbuf.flags.writeable)):
+        return None
+    try:
+        lc = libcomm.find_fast(MPI.COMM_WORLD if comm is None else comm)
+    except AttributeError:              # not a communicator
+        return None
+    forms = lc and lc.cache.get("partial.forms")
+    form, array_kind = (forms and forms.fast.get(key)) or (None, None)
+    if form is None or form.held is not None or \
+            forms.cache.get(form.key) is not form:
+        return None
+    if lc.pending:
+        lc.before_collective(keep=form.key)
+    res = form.rounds.quick(sendbuf)
+    if res is None:
+        return None
+    forms.cache.move_to_end(form.key)
+    form.array_kind = array_kind
+    form.dirty = True
+    if form.rounds.kind != "solo":
+        lc.pending = True
+    if recvbuf is not None:
+        recvbuf[...] = res.data
+        res.data = recvbuf
     return res
 
 
@@ -164,6 +230,7 @@ def _new_form(lc, forms, key, kind, name, like, op, comm, kw):
     sendbuf (:class:`~partialcoll.core.arrays.Data`)."""
     while len(forms.cache) >= FORMS_PER_COMM:
         old = forms.cache.popitem(last=False)[1]
+        forms.fast = {k: v for k, v in forms.fast.items() if v[0] is not old}
         forms.held[old.key] = (old.rounds.label, _merge(
             old.held, old.rounds.close(), old.rounds.combine), old)
     rounds = make_rounds(kind, name, like, op, comm, seed=kw.get("seed", 0),
@@ -239,6 +306,7 @@ def _settle(comm, close):
         forms.held.clear()
         if close:
             forms.cache.clear()
+            forms.fast.clear()
     return out
 
 
