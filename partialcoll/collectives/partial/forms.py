@@ -204,7 +204,7 @@ def _again(kind, sendbuf, recvbuf, op, comm, kw):
     if form.rounds.kind != "solo":
         lc.pending = True
     if recvbuf is not None:
-        recvbuf[...] = res.data
+        recvbuf.reshape(-1)[...] = res.data.reshape(-1)
         res.data = recvbuf
     return res
 
