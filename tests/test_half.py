@@ -149,6 +149,7 @@ def test_partial_16_bit_rounds_once_from_float32():
     # combined result is exact in float16, so the results add up exactly)
     h = np.arange(500, dtype=np.float16) % 7 + RANK
     out = np.empty(500, np.float16)
+    pc.close_partials(COMM)     # forms an earlier module left open
     res = pc.solo_allreduce(h, out)
     total = res.data.astype(np.float32)
     for _, res in pc.close_partials(COMM):
