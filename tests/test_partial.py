@@ -175,6 +175,20 @@ def test_results_are_not_overwritten_later():
     ar.close()
 
 
+def test_logical_reductions_give_truth_values():
+    """A deposit into an empty pending buffer is a copy only where
+    identity op x is x: a logical reduction's result holds 0 and 1, not
+    the values deposited (latest only on one rank: nothing else reduces
+    them)."""
+    for op in (pc.LAND, pc.LOR, pc.LXOR):
+        with pc.SoloAllreduce(np.zeros(3, np.int32), op=op,
+                              catch_up=False) as ar:
+            for _ in range(3):
+                res = ar(np.array([5, 0, 3], np.int32))
+                assert set(res.data.tolist()) <= {0, 1}, op
+                assert res.data[1] == 0
+
+
 def test_function_form_reuses_one_object():
     from partialcoll.core import libcomm
     x = np.ones(6, np.float32)

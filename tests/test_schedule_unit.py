@@ -207,6 +207,65 @@ def test_reduce_ops_and_dtypes_single_process():
         assert list(x) == list(ref), name
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64",
+                                   "uint32", "uint64", "int16"])
+@pytest.mark.parametrize("op", ["SUM", "PROD"])
+def test_sums_and_products_are_elementwise_and_wrap(dtype, op):
+    """The executor's own loops (sums and products of the common types)
+    give what NumPy gives element by element, integers wrapping; other
+    types go to MPI_Reduce_local (int16 here)."""
+    rng = np.random.default_rng(1)
+    n = 100_003                         # not a multiple of any vector width
+    if np.dtype(dtype).kind == "f":
+        x, y = (rng.standard_normal(n).astype(dtype) for _ in range(2))
+    else:
+        info = np.iinfo(dtype)
+        x, y = (rng.integers(info.min, info.max, n, dtype=dtype,
+                             endpoint=True) for _ in range(2))
+    want = (x + y) if op == "SUM" else (x * y)
+    s = pc.Schedule(MPI.COMM_SELF)
+    s.reduce(s.buffer(x), s.buffer(y, writable=False), getattr(pc, op))
+    s.post().wait(timeout=5)
+    assert np.array_equal(x.view(np.uint8), want.view(np.uint8))
+
+
+def test_fill_sets_every_element_from_one():
+    """A fill writes its value's one element everywhere, zero or not, and
+    reads the value when it runs."""
+    for dtype, value in (("float32", 0.0), ("float32", 1.5),
+                         ("int64", -7), ("complex128", 2 - 1j),
+                         ("float64", -0.0), ("uint8", 0xAB)):
+        s = pc.Schedule(MPI.COMM_SELF, persistent=True)
+        dst = np.full(1001, 3, dtype)
+        v = np.array([value], dtype)
+        t = s.trigger()
+        s.fill(s.buffer(dst), s.buffer(v), after=[t], locked=True)
+        s.post()
+        s.fire(t)
+        s.wait(0, timeout=5)
+        assert np.array_equal(dst.view(np.uint8),
+                              np.full(1001, value, dtype).view(np.uint8))
+        v[0] = 1                              # read when the op runs
+        s.fire(t)
+        s.wait(1, timeout=5)
+        assert (dst == 1).all()
+        s.free()
+
+
+def test_fill_errors():
+    s = pc.Schedule(MPI.COMM_SELF)
+    dst = s.buffer(np.zeros(8))
+    with pytest.raises(pc.ScheduleError, match="one element"):
+        s.fill(dst, s.buffer(np.zeros(2)))
+    with pytest.raises(pc.ScheduleError, match="different dtypes"):
+        s.fill(dst, s.buffer(np.zeros(1, np.float32)))
+    ro = np.zeros(8)
+    ro.flags.writeable = False
+    with pytest.raises(pc.ScheduleError, match="read-only"):
+        s.fill(s.buffer(ro), s.buffer(np.zeros(1)))
+    s.fill(dst[2:6], s.buffer(np.zeros(1)))   # a range of a slot
+
+
 def test_mpi4py_ops_and_names_are_accepted():
     assert pc.as_op(MPI.SUM) is pc.SUM and pc.as_op("max") is pc.MAX
     with pytest.raises(pc.ScheduleError):

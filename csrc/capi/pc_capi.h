@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define PC_CAPI_NAME "partialcoll._core._C_API"
-#define PC_CAPI_VERSION 1
+#define PC_CAPI_VERSION 2
 
 typedef struct {
     int version;                 /* PC_CAPI_VERSION */
@@ -39,6 +39,9 @@ typedef struct {
      * with the GIL released (Schedule.wait(upto - 1, timeout); timeout < 0:
      * none); 0, or -1 with the exception the Python call raises */
     int (*wait)(PyObject *obj, uint64_t upto, double timeout);
+    /* dst[0 .. count) = the one element of esize bytes at src (a fill op:
+     * Schedule.fill) */
+    void (*fill)(void *dst, const void *src, int64_t count, int esize);
 } pc_capi;
 
 #endif

@@ -274,6 +274,10 @@ static int start_local(pc_sched *s, int i)
             pc_round_mpi_failure(s, i, "local reduction failed", rc);
             return PC_EMPI;
         }
+    } else if (op->kind == PC_COPY && (op->flags & PC_F_FILL)) {
+        pc_fill(pc_addr(s, op->aslot, op->aoff),
+                pc_addr(s, op->bslot, op->boff), op->count,
+                pc_dtypes[op->dtype].size);
     } else if (op->kind == PC_COPY && op->count) {
         memmove(pc_addr(s, op->aslot, op->aoff), pc_addr(s, op->bslot, op->boff),
                 (size_t)(op->count * pc_dtypes[op->dtype].size));

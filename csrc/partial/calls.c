@@ -33,7 +33,7 @@ enum { KIND_SOLO, KIND_MAJORITY, KIND_QUORUM };
 /* the object's buffers, in the order the constructor takes them */
 enum { B_PENDING, B_ACC, B_IDENTITY, B_ACC_ROUNDS, B_SNAPS, B_FLUSH_TOTAL,
        B_FLAG, B_DEP_SEQ, B_ACC_SEQ, B_ACC_LO, B_LAST_ACTIVE, B_LAST_FLUSH,
-       B_LAST_BYPASS, B_STAT_ROUNDS, B_LATE_TOTAL, NBUF };
+       B_LAST_BYPASS, B_STAT_ROUNDS, B_LATE_TOTAL, B_ROUND_SEQ, NBUF };
 
 typedef struct {
     PyObject_HEAD
@@ -70,7 +70,9 @@ static void calls_dealloc(CallsObject *self)
  * the flags (3 + 2P) and the per-rank counters (P). */
 static Py_ssize_t buffer_bytes(CallsObject *o, int b, Py_ssize_t itemsize)
 {
-    if (b <= B_IDENTITY)
+    if (b == B_IDENTITY)                /* one element, filled from */
+        return itemsize;
+    if (b < B_IDENTITY)
         return (Py_ssize_t)o->count * itemsize;
     if (b == B_FLAG)
         return (Py_ssize_t)(3 + 2 * o->size) * 8;
@@ -136,6 +138,14 @@ static int calls_init(CallsObject *self, PyObject *args, PyObject *kw)
     return hold_buffers(self, bufs, itemsize);
 }
 
+/* Whether identity op x is x, bit for bit but for the sign of a zero:
+ * all but the logical reductions (codes 4-6 of partialcoll.core.ops:
+ * land, lor, lxor), which give 0 or 1. */
+static int keeps(int redop)
+{
+    return redop < 4 || redop > 6;
+}
+
 /* Step 1, under the lock: the deposit.  Returns 0 and sets *waiting,
  * *rnd, *fresh, *flushing, or -1 with an exception. */
 static int deposit(CallsObject *o, const void *x, long long observed,
@@ -155,7 +165,14 @@ static int deposit(CallsObject *o, const void *x, long long observed,
         for (int i = 3 + P; i < 3 + 2 * P; i++)
             flag[i] = 1;
     }
-    rc = api->reduce(x, o->buf[B_PENDING].buf, o->count, o->dtype, o->redop);
+    if (*I64(o, B_DEP_SEQ) == *I64(o, B_ROUND_SEQ) && keeps(o->redop)) {
+        /* nothing deposited since the snapshot: pending holds the
+         * identity, and identity op x is x */
+        memcpy(o->buf[B_PENDING].buf, x, (size_t)o->buf[B_PENDING].len);
+    } else {
+        rc = api->reduce(x, o->buf[B_PENDING].buf, o->count, o->dtype,
+                         o->redop);
+    }
     if (rc == 0) {
         o->seq = ++*I64(o, B_DEP_SEQ);
         if (*fresh) {
@@ -187,7 +204,8 @@ static PyObject *take(CallsObject *o, Py_buffer *out, Py_buffer *late)
     int64_t nr = *I64(o, B_ACC_ROUNDS);
     *I64(o, B_ACC_ROUNDS) = 0;
     memcpy(out->buf, o->buf[B_ACC].buf, (size_t)out->len);
-    memcpy(o->buf[B_ACC].buf, o->buf[B_IDENTITY].buf, (size_t)out->len);
+    api->fill(o->buf[B_ACC].buf, o->buf[B_IDENTITY].buf, o->count,
+              (int)o->buf[B_IDENTITY].len);
     memcpy(late->buf, o->buf[B_LATE_TOTAL].buf, (size_t)late->len);
     long long acc_seq = *I64(o, B_ACC_SEQ), acc_lo = *I64(o, B_ACC_LO);
     long long active = *I64(o, B_LAST_ACTIVE);

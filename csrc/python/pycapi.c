@@ -55,7 +55,7 @@ static int capi_wait(PyObject *obj, uint64_t upto, double timeout)
 }
 
 static pc_capi api = {PC_CAPI_VERSION, capi_check, capi_lock, capi_unlock,
-                      capi_reduce, capi_fire, capi_wait};
+                      capi_reduce, capi_fire, capi_wait, pc_fill};
 
 int pc_py_add_capi(PyObject *module)
 {

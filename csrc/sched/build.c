@@ -125,6 +125,8 @@ static int check_flags(const pc_op *op, int i, char *err, size_t errlen)
         op->kind != PC_REDUCE && op->kind != PC_COPY && op->kind != PC_SCALE)
         return reject(err, errlen, "op %d: only nop, reduce, copy and scale "
                       "can be locked", i);
+    if ((op->flags & PC_F_FILL) && op->kind != PC_COPY)
+        return reject(err, errlen, "op %d: only a copy can fill", i);
     if (op->kind == PC_TRIGGER && op->ndeps)
         return reject(err, errlen, "op %d: a trigger cannot have "
                       "dependencies", i);
@@ -523,6 +525,14 @@ static int check_op_buffers(pc_sched *s, int i, char *err, size_t errlen)
     if (op->kind == PC_SCALE && a->space == PC_DEVICE)
         return reject(err, errlen, "op %d: scale of device memory is not "
                       "supported", i);
+    if (op->flags & PC_F_FILL) {        /* one element, repeated */
+        if ((rc = check_source(s, i, pc_dtypes[op->dtype].size, err,
+                               errlen)) != PC_OK)
+            return rc;
+        if (a->space == PC_DEVICE || s->slots[op->bslot].space == PC_DEVICE)
+            return reject(err, errlen, "op %d: a fill needs host memory", i);
+        return PC_OK;
+    }
     if (op->kind == PC_REDUCE || op->kind == PC_COPY)
         return check_source(s, i, bytes, err, errlen);
     return PC_OK;

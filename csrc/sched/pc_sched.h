@@ -138,7 +138,7 @@ enum { PC_NOP = 0, PC_TRIGGER = 1, PC_SEND = 2, PC_RECV = 3,
        PC_NKINDS = 12 };
 enum { PC_ALL = 0, PC_ANY = 1, PC_ATLEAST = 2 };
 enum { PC_F_OPTIONAL = 1, PC_F_STAMPED = 2, PC_F_LOCKED = 4,
-       PC_F_DELIVERED = 8 };
+       PC_F_DELIVERED = 8, PC_F_FILL = 16 };
 /* an op's outcome in a round: PC_OC_* (common/pc_trace.h) */
 
 /* Layout of one op descriptor as handed over by the builder: an array of

@@ -138,11 +138,52 @@ static int reduce_half(const uint16_t *src, uint16_t *dst, int64_t n,
     return MPI_SUCCESS;
 }
 
+/* Sums and products of the common types in loops the compiler vectorises:
+ * MPICH's MPI_Reduce_local took about three times as long as NumPy's add
+ * on 4 MiB of float32.  Elementwise, so each result is the one MPI gives
+ * (integers wrap, through their unsigned types).  Returns 0 where it does
+ * not apply (another type or reduction, overlapping buffers). */
+#define PC_LOOP(T, OP)                                                    \
+    do {                                                                  \
+        T *restrict d = dst;                                              \
+        const T *restrict s = src;                                        \
+        for (int64_t i = 0; i < n; i++)                                   \
+            d[i] = d[i] OP s[i];                                          \
+    } while (0)
+#define PC_SUM_PROD(T)                                                    \
+    do {                                                                  \
+        if (redop == PC_SUM)                                              \
+            PC_LOOP(T, +);                                                \
+        else                                                              \
+            PC_LOOP(T, *);                                                \
+    } while (0)
+__attribute__((optimize("O3")))
+static int reduce_loops(const void *src, void *dst, int64_t n, int dtype,
+                        int redop)
+{
+    size_t bytes = (size_t)n * (size_t)pc_dtypes[dtype].size;
+    const char *a = src, *b = dst;
+    if ((redop != PC_SUM && redop != PC_PROD) ||
+        (a < b + bytes && b < a + bytes))
+        return 0;
+    switch (dtype) {
+    case PC_FLOAT32: PC_SUM_PROD(float); return 1;
+    case PC_FLOAT64: PC_SUM_PROD(double); return 1;
+    case PC_INT32: case PC_UINT32: PC_SUM_PROD(uint32_t); return 1;
+    case PC_INT64: case PC_UINT64: PC_SUM_PROD(uint64_t); return 1;
+    default: return 0;
+    }
+}
+#undef PC_SUM_PROD
+#undef PC_LOOP
+
 int pc_reduce_local(const void *src, void *dst, int64_t count, int dtype,
                     int redop)
 {
     if (dtype == PC_FLOAT16)
         return reduce_half(src, dst, count, redop);
+    if (reduce_loops(src, dst, count, dtype, redop))
+        return MPI_SUCCESS;
     return MPI_Reduce_local(src, dst, (int)count, pc_mpi_dtype(dtype, redop),
                             mpi_op(redop));
 }
@@ -160,6 +201,25 @@ int pc_redop_valid(int redop, int dtype)
         return k == 'i' || k == 'u' || k == 'b';
     default: /* bitwise */
         return k == 'i' || k == 'u' || k == 'b';
+    }
+}
+
+void pc_fill(void *dst, const void *src, int64_t count, int esize)
+{
+    size_t total = (size_t)count * (size_t)esize, done = (size_t)esize;
+    const unsigned char *v = src;
+    int zero = 1;
+    for (int k = 0; k < esize; k++)
+        zero &= v[k] == 0;
+    if (zero || total == 0) {
+        memset(dst, 0, total);
+        return;
+    }
+    memcpy(dst, src, (size_t)esize);
+    while (done < total) {          /* copy what is filled onto the rest */
+        size_t k = done < total - done ? done : total - done;
+        memcpy((unsigned char *)dst + done, dst, k);
+        done += k;
     }
 }
 

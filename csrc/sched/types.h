@@ -28,6 +28,9 @@ int pc_redop_valid(int redop, int dtype);
  * even).  Returns an MPI error code. */
 int pc_reduce_local(const void *src, void *dst, int64_t count, int dtype,
                     int redop);
+/* dst[0 .. count) = the one element at src (esize bytes): a memset where
+ * that element's bytes are all zero, else doubling copies */
+void pc_fill(void *dst, const void *src, int64_t count, int esize);
 /* buf[i] /= divisor (float and complex types); -1 for other types */
 int pc_scale(void *buf, int64_t count, int dtype, double divisor);
 

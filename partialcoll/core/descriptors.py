@@ -24,7 +24,8 @@ def pack(ops):
             (_C["F_OPTIONAL"] if o["optional"] else 0) |
             (_C["F_STAMPED"] if o["stamped"] else 0) |
             (_C["F_LOCKED"] if o["locked"] else 0) |
-            (_C["F_DELIVERED"] if o["delivered"] else 0))
+            (_C["F_DELIVERED"] if o["delivered"] else 0) |
+            (_C["F_FILL"] if o.get("fill") else 0))
         if a is not None:
             item = a.slot.dtype.itemsize
             row[_C["D_ASLOT"]], row[_C["D_AOFF"]] = a.slot.index, \

@@ -137,7 +137,8 @@ class GraphBuilder:
             mode = ATLEAST
         elif mode not in (ALL, ANY):
             raise ScheduleError("mode must be partialcoll.ALL or partialcoll.ANY")
-        if a is not None and b is not None and a.count != b.count:
+        if a is not None and b is not None and a.count != b.count and \
+                not extra.get("fill"):
             raise ScheduleError(f"{a} and {b} have different lengths")
         if a is not None and b is not None and a.slot.dtype != b.slot.dtype:
             raise ScheduleError(f"{a} and {b} have different dtypes")
@@ -357,6 +358,25 @@ class GraphBuilder:
             raise ScheduleError(f"copy target {dst} is read-only")
         return self._add(_C["COPY"], after, mode, optional, a=dst, b=src,
                          need=need, locked=locked)
+
+    def fill(self, dst: Operand, value: Operand, *, after: After = (),
+             mode: int = ALL, optional: bool = False,
+             need: int | None = None, locked: bool = False) -> int:
+        """Every element of ``dst`` set to the one element of ``value`` (a
+        one-element slot range of the same dtype, read when the op runs):
+        resetting a buffer to a reduction's identity without a buffer of
+        identities to copy from.  Host buffers only."""
+        dst, value = as_ref(dst), as_ref(value)
+        if not dst.slot.writable:
+            raise ScheduleError(f"fill target {dst} is read-only")
+        if value.count != 1:
+            raise ScheduleError(f"a fill's value must be one element, not "
+                                f"{value.count} ({value})")
+        if dst.slot.space != HOST or value.slot.space != HOST:
+            raise ScheduleError(f"a fill needs host buffers ({dst} and "
+                                f"{value})")
+        return self._add(_C["COPY"], after, mode, optional, a=dst, b=value,
+                         need=need, locked=locked, fill=True)
 
     def fence(self, after: After = (), mode: int = ALL,
               optional: bool = False) -> int:

@@ -15,7 +15,7 @@ from .waiting import RoundsRequest
 #: identity, in its order (csrc/partial/calls.c)
 CALL_META = ("acc_rounds", "snaps", "flush_total", "flag", "dep_seq",
              "acc_seq", "acc_lo", "last_active", "last_flush", "last_bypass",
-             "stat_rounds", "late_total")
+             "stat_rounds", "late_total", "round_seq")
 #: the kinds' codes there
 CALL_KINDS = {"solo": 0, "majority": 1, "quorum": 2}
 
@@ -71,34 +71,39 @@ class Blocking:
         return self._taken(out, seq, nr, acc_seq, acc_lo, active, marked,
                            stat_rounds, late)
 
-    def quick(self, a):
+    def quick(self, a, out=None):
         """The whole blocking call for the common argument: ``a`` a
         C-contiguous NumPy array of the object's dtype and size, on an
         open object whose results need no conversion, that catches up and
         has no ``sync_every`` (:data:`_quick`, set with the C call, unset
         when the object is closed or its schedule freed).  What
         :meth:`take_buffer`, :meth:`call`, :meth:`_taken` and the
-        handle's delivery do, less the steps that do nothing here.  None:
-        not that case (the caller takes the general path)."""
+        handle's delivery do, less the steps that do nothing here.
+        ``out``: None, or a C-contiguous, writable NumPy array of ``a``'s
+        dtype and size (the caller checked) that takes the result (it may
+        be ``a``: the deposit comes first).  None: not that case (the
+        caller takes the general path)."""
         if not self._quick or type(a) is not np.ndarray or \
                 a.dtype is not self.given or a.size != self._n or \
                 not a.flags.c_contiguous:
             return None
         self._calls += 1
         rnd = self._observed
-        out = np.empty(self._n, self.dtype)
+        flat = np.empty(self._n, self.dtype) if out is None else \
+            out.reshape(-1)
         try:
             seq, nr, acc_seq, _, active, marked, stat_rounds = \
                 self._fast.call(a if a.ndim == 1 else a.reshape(-1), rnd,
-                                self._epochs, self._wait_limit, out,
+                                self._epochs, self._wait_limit, flat,
                                 self._late)
         except (WaitTimeout, RankFailedError) as e:
             return self._went_on(e, rnd)
         if stat_rounds >= self._watch.next_due:
             self._watch.observe(stat_rounds, self._late.copy(), self.label)
         self._observed = observed = rnd + nr
-        return PartialResult(out if self._flat else out.reshape(self.shape),
-                             acc_seq >= seq, observed - 1, active, nr,
+        if out is None:
+            out = flat if self._flat else flat.reshape(self.shape)
+        return PartialResult(out, acc_seq >= seq, observed - 1, active, nr,
                              marked > 0)
 
     def _in_c(self, fast, x):

@@ -195,7 +195,7 @@ def _again(kind, sendbuf, recvbuf, op, comm, kw):
         return None
     if lc.pending:
         lc.before_collective(keep=form.key)
-    res = form.rounds.quick(sendbuf)
+    res = form.rounds.quick(sendbuf, recvbuf)
     if res is None:
         return None
     forms.cache.move_to_end(form.key)
@@ -203,7 +203,8 @@ def _again(kind, sendbuf, recvbuf, op, comm, kw):
     form.dirty = True
     if form.rounds.kind != "solo":
         lc.pending = True
-    if recvbuf is not None:
+    if recvbuf is not None and res.data is not recvbuf:
+        # a wait that went on (a long wait, a death) made its own array
         recvbuf.reshape(-1)[...] = res.data.reshape(-1)
         res.data = recvbuf
     return res

@@ -162,17 +162,22 @@ class Rounds(Synchronous, Survival, Blocking):
     def _alloc(self, n):
         ident, mem = self.op.identity(self.dtype), self.mem
         self._pending = mem.full(n, ident, self.dtype)
-        self._identity = mem.full(n, ident, self.dtype)
+        # host memory: one element, which resets fill from (schedule.py)
+        self._identity = mem.full(1 if mem is devices.HOST else n, ident,
+                                  self.dtype)
         self._acc = mem.full(n, ident, self.dtype)
         # latest-only: the rounds passed over, returned by a synchronous one
         self._skipped = None if self.catch_up else \
             mem.full(n, ident, self.dtype)
         self._nskipped = 0
         self.combine = self.op.ufunc(mem.xp)
-        self._send = mem.empty(n, self.dtype)
-        # kept only where a survivor may need it (see recover)
-        self._last = mem.empty(n, self.dtype) \
-            if failures.extensions_in_use() else None
+        # kept only where a survivor may need them (see recover): the last
+        # result, and the round's snapshot apart from its exchange (else
+        # the snapshot goes straight into the exchange's buffers)
+        self._last = self._send = None
+        if failures.extensions_in_use():
+            self._last = mem.empty(n, self.dtype)
+            self._send = mem.empty(n, self.dtype)
         self._meta = schedule.meta_buffers(self.size, self.rank)
         self._late_slot = 3 + self.rank
 

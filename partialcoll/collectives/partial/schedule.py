@@ -36,8 +36,10 @@ algorithm beside a recursive doubling of the flags.
   The initiator's sends go out one after the other, so with many ranks
   they would cost more than the trees' hops: FLAT_MAX bounds that, a
   choice measured up to 32 ranks on one host, not beyond.
-* snapshot, under the schedule's data lock: send <- pending, pending <-
-  identity, flags [fresh, flush, bypass, late_0 .. late_P-1, mark_0 ..
+* snapshot, under the schedule's data lock: send <- pending (without a
+  send buffer, the exchange's receive buffer <- pending: the exchange
+  then reduces in place, one pass over the data fewer), pending <-
+  identity (in host memory a fill from one element: nothing to read), flags [fresh, flush, bypass, late_0 .. late_P-1, mark_0 ..
   mark_P-1] -> meta (then reset: late is 1 in this rank's own slot unless
   it is inside a synchronous round; a flush or bypass mark sets every
   mark_i), deposit sequence number -> round_seq, snapshots += 1.
@@ -205,8 +207,10 @@ def quorum_activation(s, P, rank, tags, quorum):
 class RoundSpec:
     """What a round's schedule is built from: the communicator (the
     library's duplicate) and this rank's place in it, the reduction, the
-    object's arrays (``pending``, ``identity``, ``acc``, ``skipped`` or
-    None for catch-up, ``send``: where a round's snapshot goes, ``last``:
+    object's arrays (``pending``, ``identity`` (one element in host
+    memory, else as long as ``pending``), ``acc``, ``skipped`` or
+    None for catch-up, ``send``: where a round's snapshot goes, or None: into the
+    exchange's buffers, ``last``:
     None, or where each completed round's result is copied, for a rank
     that did not complete it after a death, ``meta``:
     :func:`meta_buffers`), ``mem`` (their
@@ -226,46 +230,50 @@ def build(spec):
     s = Schedule(spec.comm, persistent=True, stamp_id=spec.stamp_id,
                  priority=spec.priority, reliable=True)
     b = {k: s.buffer(v, name=k) for k, v in spec.meta.items()}
-    b["pending"] = s.buffer(spec.pending, name="pending")
-    b["identity"] = s.buffer(spec.identity, name="identity")
-    b["acc"] = s.buffer(spec.acc, name="acc")
-    b["send"] = s.buffer(spec.send, name="send")
-    if spec.last is not None:
-        b["last"] = s.buffer(spec.last, name="last")
-    if spec.skipped is not None:
-        b["skipped"] = s.buffer(spec.skipped, name="skipped")
+    for k in ("pending", "identity", "acc", "send", "last", "skipped"):
+        if getattr(spec, k) is not None:
+            b[k] = s.buffer(getattr(spec, k), name=k)
     algo = choose_algorithm(n * spec.dtype.itemsize, n, P, spec.algorithm)
     tags = tag_layout(P, spec.tag0)
     act = spec.activate(s, P, rank, tags)
-    snap = _snapshot(s, b, act.done)
-    first = len(s)
-    if algo == "recursive_doubling" and mem is HOST:
-        # one pass: the bookkeeping rides in the data's messages
+    one_pass = algo == "recursive_doubling" and mem is HOST
+    if one_pass:
+        # the bookkeeping rides in the data's messages
         wire = []
         for name in ("recv", "tmp"):
             data, meta, packed = _packed(n, spec.dtype, 3 + 2 * P)
             b[name], b["meta_" + name] = (
                 s.buffer(data, name=name), s.buffer(meta, name="meta_" + name))
             wire.append(s.buffer(packed, name=name + "_wire"))
-        build_recursive_doubling(s, BuildContext(
-            P, rank, b["send"], b["recv"], b["tmp"], spec.op, after=[snap],
-            tag0=tags["data"], wire=tuple(wire),
-            riders=[(b["meta_send"], b["meta_recv"], b["meta_tmp"], SUM)]))
     else:
         b["recv"] = s.buffer(mem.empty(n, spec.dtype), name="recv")
         b["meta_recv"] = s.buffer(np.zeros(3 + 2 * P, np.int64),
                                   name="meta_recv")
         b["meta_tmp"] = s.buffer(np.zeros(3 + 2 * P, np.int64),
                                  name="meta_tmp")
+    # without a send buffer the snapshot goes straight into the exchange's
+    # receive buffers, which it then reduces in place
+    inplace = spec.send is None
+    snap = _snapshot(s, b, act.done, inplace, mem is HOST)
+    first = len(s)
+    send, meta_send = (None, None) if inplace else (b["send"],
+                                                    b["meta_send"])
+    if one_pass:
+        build_recursive_doubling(s, BuildContext(
+            P, rank, send, b["recv"], b["tmp"], spec.op, inplace=inplace,
+            after=[snap], tag0=tags["data"], wire=tuple(wire),
+            riders=[(meta_send, b["meta_recv"], b["meta_tmp"], SUM)]))
+    else:
         tmp = s.buffer(mem.empty(tmp_size(algo, n, P), spec.dtype),
                        name="tmp")
-        BUILDERS[algo](s, BuildContext(P, rank, b["send"], b["recv"], tmp,
-                                       spec.op, after=[snap],
+        BUILDERS[algo](s, BuildContext(P, rank, send, b["recv"], tmp,
+                                       spec.op, inplace=inplace, after=[snap],
                                        tag0=tags["data"]))
         build_recursive_doubling(s, BuildContext(
-            P, rank, b["meta_send"], b["meta_recv"], b["meta_tmp"], SUM,
-            after=[snap], tag0=tags["meta"]))
-    done = s.nop(after=list(range(first, len(s))))
+            P, rank, meta_send, b["meta_recv"], b["meta_tmp"], SUM,
+            inplace=inplace, after=[snap], tag0=tags["meta"]))
+    # one rank: no exchange in place, the round is done with its snapshot
+    done = s.nop(after=list(range(first, len(s))) or [snap])
     c = _accumulate(s, b, spec.op, done)
     _count_stragglers(s, b, P, c)
     s.commit()
@@ -281,12 +289,16 @@ def _packed(n, dtype, m):
     return packed[:nbytes].view(dtype), packed[off:].view(np.int64), packed
 
 
-def _snapshot(s, b, act):
-    """Under the lock: take the deposits and flags for this round, reset
-    them for the next."""
-    c = s.copy(b["send"], b["pending"], after=[act], locked=True)
-    c = s.copy(b["pending"], b["identity"], after=[c], locked=True)
-    c = s.copy(b["meta_send"], b["flag"], after=[c], locked=True)
+def _snapshot(s, b, act, inplace, host):
+    """Under the lock: take the deposits and flags for this round (into
+    ``send`` and ``meta_send``, or ``inplace`` into the exchange's receive
+    buffers), reset them for the next (pending: filled with the one
+    element of ``identity`` in host memory, else copied from it)."""
+    data, meta = ("recv", "meta_recv") if inplace else ("send", "meta_send")
+    c = s.copy(b[data], b["pending"], after=[act], locked=True)
+    reset = s.fill if host else s.copy
+    c = reset(b["pending"], b["identity"], after=[c], locked=True)
+    c = s.copy(b[meta], b["flag"], after=[c], locked=True)
     c = s.copy(b["flag"], b["reset"], after=[c], locked=True)
     c = s.copy(b["prev_seq"], b["round_seq"], after=[c], locked=True)
     c = s.copy(b["round_seq"], b["dep_seq"], after=[c], locked=True)
