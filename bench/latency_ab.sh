@@ -20,6 +20,7 @@ PAIRS=${3:-10}
 STEP=${4:-0}
 RANKS=${5:-2 4 8}
 OUT=bench/out/latency_ab
+. bench/alternate.sh
 rm -rf "$OUT"
 mkdir -p "$OUT"
 run() {   # side venv i
@@ -29,30 +30,5 @@ run() {   # side venv i
             --csv "$OUT/lat${P}_$1_$3.csv" > /dev/null
     done
 }
-for i in $(seq 1 "$PAIRS"); do
-    if [ $((i % 2)) = 1 ]; then
-        run before "$BEFORE" "$i"; run after "$AFTER" "$i"
-    else
-        run after "$AFTER" "$i"; run before "$BEFORE" "$i"
-    fi
-done
-python3 - "$OUT" "$PAIRS" $RANKS <<'EOF'
-import csv, statistics, sys
-out, pairs = sys.argv[1], int(sys.argv[2])
-for P in map(int, sys.argv[3:]):
-    for side in ("before", "after"):
-        got = {}
-        for i in range(1, pairs + 1):
-            with open(f"{out}/lat{P}_{side}_{i}.csv") as f:
-                rows = list(csv.DictReader(f))
-            base = next(float(r["avg_ms"]) for r in rows
-                        if r["impl"] == "MPI_Allreduce")
-            for r in rows:
-                ms = float(r["avg_ms"])
-                got.setdefault(r["impl"], []).append((ms * 1e3, ms / base))
-        cells = [f"{k} {statistics.median(t for t, _ in v):.0f} us "
-                 f"{statistics.median(x for _, x in v):.2f}x "
-                 f"({min(x for _, x in v):.2f}-{max(x for _, x in v):.2f})"
-                 for k, v in got.items()]
-        print(f"P={P} {side}: " + "; ".join(cells))
-EOF
+alternate "$PAIRS" "$BEFORE" "$AFTER"
+ratios "$OUT" "$PAIRS" lat avg_ms 1000 - $RANKS

@@ -19,6 +19,7 @@ PAIRS=${3:-3}
 RANKS=${4:-2 4}
 SIZES=${5:-256K:4M}
 OUT=bench/out/sizes_ab
+. bench/alternate.sh
 rm -rf "$OUT"
 mkdir -p "$OUT"
 run() {   # side venv i
@@ -28,32 +29,5 @@ run() {   # side venv i
             --csv "$OUT/sz${P}_$1_$3.csv" > /dev/null
     done
 }
-for i in $(seq 1 "$PAIRS"); do
-    if [ $((i % 2)) = 1 ]; then
-        run before "$BEFORE" "$i"; run after "$AFTER" "$i"
-    else
-        run after "$AFTER" "$i"; run before "$BEFORE" "$i"
-    fi
-done
-python3 - "$OUT" "$PAIRS" $RANKS <<'EOF'
-import csv, statistics, sys
-out, pairs = sys.argv[1], int(sys.argv[2])
-for P in map(int, sys.argv[3:]):
-    for side in ("before", "after"):
-        got = {}
-        for i in range(1, pairs + 1):
-            with open(f"{out}/sz{P}_{side}_{i}.csv") as f:
-                rows = list(csv.DictReader(f))
-            base = {r["size"]: float(r["time_us"]) for r in rows
-                    if r["impl"] == "MPI_Allreduce"}
-            for r in rows:
-                us = float(r["time_us"])
-                got.setdefault((int(r["size"]), r["impl"]), []).append(
-                    (us, us / base[r["size"]]))
-        for size in sorted({s for s, _ in got}):
-            cells = [f"{k} {statistics.median(t for t, _ in v):.0f} us "
-                     f"{statistics.median(x for _, x in v):.2f}x "
-                     f"({min(x for _, x in v):.2f}-{max(x for _, x in v):.2f})"
-                     for (s, k), v in got.items() if s == size]
-            print(f"P={P} {size} B {side}: " + "; ".join(cells))
-EOF
+alternate "$PAIRS" "$BEFORE" "$AFTER"
+ratios "$OUT" "$PAIRS" sz time_us 1 size $RANKS
