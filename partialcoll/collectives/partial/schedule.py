@@ -39,8 +39,9 @@ algorithm beside a recursive doubling of the flags.
 * snapshot, under the schedule's data lock: send <- pending (without a
   send buffer, the exchange's receive buffer <- pending: the exchange
   then reduces in place, one pass over the data fewer), pending <-
-  identity (in host memory a fill from one element: nothing to read), flags [fresh, flush, bypass, late_0 .. late_P-1, mark_0 ..
-  mark_P-1] -> meta (then reset: late is 1 in this rank's own slot unless
+  identity (in host memory a fill from one element: nothing to read),
+  flags [fresh, flush, bypass, late_0 .. late_P-1, mark_0 .. mark_P-1]
+  -> meta (then reset: late is 1 in this rank's own slot unless
   it is inside a synchronous round; a flush or bypass mark sets every
   mark_i), deposit sequence number -> round_seq, snapshots += 1.
 * meta (flags) allreduce (SUM of 3 + 2P int64): [ranks with fresh data,
