@@ -210,8 +210,8 @@ class RoundSpec:
     library's duplicate) and this rank's place in it, the reduction, the
     object's arrays (``pending``, ``identity`` (one element in host
     memory, else as long as ``pending``), ``acc``, ``skipped`` or
-    None for catch-up, ``send``: where a round's snapshot goes, or None: into the
-    exchange's buffers, ``last``:
+    None for catch-up, ``send``: where a round's snapshot goes, or None:
+    into the exchange's buffers, ``last``:
     None, or where each completed round's result is copied, for a rank
     that did not complete it after a death, ``meta``:
     :func:`meta_buffers`), ``mem`` (their
