@@ -8,6 +8,9 @@ import pytest
 from mpi4py import MPI
 
 import partialcoll as pc
+from partialcoll import timeline
+from partialcoll.collectives.partial import schedule
+from partialcoll.core.engine import CONSTANTS
 
 pytestmark = pytest.mark.mpi
 COMM = MPI.COMM_WORLD
@@ -90,6 +93,50 @@ def test_same_round_same_result_and_consistent_counts(name, cls, kw):
     for other in everyone:
         for r, v in other.items():
             assert seen.get(r, v) == v, f"round {r}: {seen[r]} vs {v}"
+    ar.close()
+
+
+@pytest.mark.skipif(P != 2, reason="the one-message round is for two ranks")
+@pytest.mark.parametrize("n", [1, 42, 43])
+@pytest.mark.parametrize("name,cls,kw", KINDS, ids=IDS)
+def test_two_ranks_send_one_message_each_way_a_round(name, cls, kw, n):
+    """At two ranks a round whose message (the data padded to 8 bytes,
+    then 3 + 2P int64) fits a stamped message (up to 42 int32 here) is
+    one stamped message each way, the data and the activation at once;
+    no activation message of its own.  Above, the exchange is a plain
+    message.  Every contribution arrives exactly once either way."""
+    rng = np.random.default_rng(RANK)
+    ar = cls(np.zeros(n, np.int32), **kw)
+    r = ar._rounds
+    act_tag = schedule.tag_layout(P, r._tag0)["activation"]
+    timeline.clear()
+    timeline.enable()
+    got, mine = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for _ in range(60):
+        x = rng.integers(-1000, 1000, n).astype(np.int32)
+        mine += x
+        got += ar(x).data
+    timeline.disable()
+    ev = timeline.raw()
+    timeline.clear()
+    got += ar.flush().data
+    total = np.empty_like(mine)
+    COMM.Allreduce(mine, total)
+    assert np.array_equal(got, total)
+    ev = ev[(ev["sched"] == r.sched.serial) &
+            (ev["ev"] == CONSTANTS["EV_COMPLETE"]) &
+            (ev["kind"] == CONSTANTS["SEND"])]
+    header = CONSTANTS["STAMP_HEADER"]
+    stamped = (ev["flags"] & CONSTANTS["F_STAMPED"]) != 0
+    data = ~stamped | (ev["bytes"] > header)
+    rounds = np.unique(ev["round"])
+    assert rounds.size >= 10
+    # one message with the data per round
+    assert np.count_nonzero(data) == rounds.size
+    assert stamped[data].all() == (n <= 42)
+    activations = stamped & ~data & (ev["tag"] == act_tag)
+    assert not activations.any() if n <= 42 else \
+        name == "quorum" and RANK == 1 or activations.any()
     ar.close()
 
 

@@ -8,6 +8,7 @@ from mpi4py import MPI
 
 import partialcoll as pc
 from partialcoll import _core
+from partialcoll.core.graph import STAMP_DATA_MAX
 
 
 def counter_sched(persistent=True, mode=pc.ALL, ntrig=2, optional=False):
@@ -311,6 +312,97 @@ def test_stamped_message_of_another_schedule_is_dropped():
     assert b.rounds == 0
     a.free()
     b.free()
+
+
+def _stamped_sender(stamp_id, x, tag=3):
+    """On each fire of its trigger: x *= 10, then x sent stamped to this
+    rank (COMM_SELF), the round's data in the message."""
+    s = pc.Schedule(MPI.COMM_SELF, persistent=True, stamp_id=stamp_id)
+    bx = s.buffer(x)
+    ten = s.buffer(np.full(x.size, 10.0), writable=False)
+    t = s.trigger()
+    s.send(bx, 0, tag=tag, stamped=True,
+           after=[s.reduce(bx, ten, pc.PROD, after=[t])])
+    return s, t
+
+
+def test_stamped_messages_carry_their_round_s_data():
+    """Round r of the receiver gets the data sent in round r: the messages
+    of rounds 1 and 2 come while its round 0 waits for a trigger, and are
+    banked with their data until their rounds."""
+    rx = pc.Schedule(MPI.COMM_SELF, persistent=True, stamp_id=11)
+    got, acc = np.zeros(2), np.zeros(2)
+    g, a = rx.buffer(got), rx.buffer(acc)
+    gate = rx.trigger()
+    heard = rx.recv(g, peer=0, tag=3, stamped=True)
+    rx.reduce(a, g, pc.SUM, after=[heard, gate])
+    rx.post()
+    tx, t = _stamped_sender(11, np.array([1.0, -1.0]))
+    tx.post()
+    for r in range(3):
+        tx.fire(t)
+        tx.wait(round=r, timeout=5)
+    time.sleep(0.05)
+    assert rx.rounds == 0
+    for _ in range(3):
+        rx.fire(gate)
+    rx.wait(round=2, timeout=5)
+    assert acc.tolist() == [1110.0, -1110.0]    # 10 + 100 + 1000, once each
+    tx.free()
+    rx.free()
+
+
+def test_stamped_data_before_its_receiver_exists_is_kept():
+    """The control channel (listening for another schedule) keeps a
+    message for a schedule not posted yet, data and all."""
+    other = pc.Schedule(MPI.COMM_SELF, persistent=True, stamp_id=99)
+    other.nop(after=[other.recv(peer=0, tag=3, stamped=True)])
+    other.post()
+    before = _core.engine_stats()["unclaimed"]
+    tx, t = _stamped_sender(12, np.array([4.0, 2.0]))
+    tx.post()
+    tx.fire(t)
+    tx.wait(round=0, timeout=5)
+    assert wait_until(lambda: _core.engine_stats()["unclaimed"] ==
+                      before + 1)
+    rx = pc.Schedule(MPI.COMM_SELF, persistent=True, stamp_id=12)
+    got = np.zeros(2)
+    rx.recv(rx.buffer(got), peer=0, tag=3, stamped=True)
+    rx.post()
+    rx.wait(round=0, timeout=5)
+    assert got.tolist() == [40.0, 20.0]
+    tx.free()
+    rx.free()
+    other.free()
+
+
+def test_stamped_data_of_another_size_fails_the_receiver():
+    rx = pc.Schedule(MPI.COMM_SELF, persistent=True, stamp_id=13)
+    got = np.zeros(3)
+    rx.recv(rx.buffer(got), peer=0, tag=3, stamped=True)
+    rx.post()
+    tx, t = _stamped_sender(13, np.ones(2))
+    tx.post()
+    tx.fire(t)
+    with pytest.raises(pc.ScheduleError, match="a stamped message of 16 "
+                       "data bytes for a receive of 24"):
+        rx.wait(round=0, timeout=5)
+    assert got.tolist() == [0.0, 0.0, 0.0]       # nothing written
+    tx.free()
+    rx.free()
+
+
+def test_stamped_data_is_small():
+    s = pc.Schedule(MPI.COMM_SELF)
+    big = s.buffer(np.zeros(STAMP_DATA_MAX // 8 + 1))
+    small = s.buffer(np.zeros(STAMP_DATA_MAX // 8))
+    for op in (s.send, s.recv):
+        with pytest.raises(pc.ScheduleError, match=f"at most "
+                           f"{STAMP_DATA_MAX} bytes, not "
+                           f"{STAMP_DATA_MAX + 8}"):
+            op(big, 0, stamped=True)
+        op(small, 0, stamped=True)               # the largest that fits
+    s.free()
 
 
 def test_need_k_of_n_inputs():

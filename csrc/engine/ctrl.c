@@ -1,10 +1,12 @@
 /* ctrl.c -- the control channel of round-stamped messages (the engine's
- * side: wire.c design constraint 1).  Idle persistent schedules post
- * nothing: their stamped receives are served by one receive per source
- * rank and communicator, on the tag MPI_TAG_UB reserves for the executor,
- * and each message is routed by {stamp id, source, tag} to the schedule it
- * is for.  A message for a schedule not registered yet is banked until it
- * is; one for a schedule that was freed is foreign.  Progress lock held.
+ * side: wire.c design constraint 1), and their delivery, data and all, to
+ * the op they are for (pc_round_deliver, which takes stamped fires too).
+ * Idle persistent schedules post nothing: their stamped receives are
+ * served by one receive per source rank and communicator, on the tag
+ * MPI_TAG_UB reserves for the executor, and each message is routed by
+ * {stamp id, source, tag} to the schedule it is for.  A message for a
+ * schedule not registered yet is banked until it is; one for a schedule
+ * that was freed is foreign.  Progress lock held.
  *
  * One receive per source, not one MPI_ANY_SOURCE receive: an ANY_SOURCE
  * receive is matched by MPICH's shared-memory and network modules at once
@@ -16,6 +18,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct pc_ctrl_endpoint endpoint;
 
@@ -23,7 +26,8 @@ typedef struct pc_ctrl_endpoint endpoint;
 typedef struct pc_ctrl_slot {
     endpoint *e;
     int src;
-    uint64_t buf[4];           /* {stamp id, round, tag, 0} */
+    uint64_t buf[PC_STAMP_WORDS];  /* {stamp id, round, tag, data bytes},
+                                      then the data */
     int64_t handle;            /* the posted receive, -1 none */
 } slot;
 
@@ -35,7 +39,12 @@ struct pc_ctrl_endpoint {
     int nslots;
     pc_sched **bucket;         /* stamp id -> schedules (chained by ep_next) */
     int nbucket;
-    struct { uint64_t id, round; int src, tag; } *bank;   /* not yet claimed */
+    struct {                   /* not yet claimed */
+        uint64_t id, round;
+        int src, tag;
+        int64_t bytes;
+        uint64_t data[PC_STAMP_DATA_MAX / 8];
+    } *bank;
     int nbank, capbank;
     uint64_t freed[64];        /* recently unregistered stamp ids */
     int nfreed;
@@ -61,8 +70,9 @@ static endpoint *ep_find(MPI_Comm comm)
 static int ep_post(slot *sl)
 {
     endpoint *e = sl->e;
-    pc_msg m = {0, sl->buf, 4, MPI_UINT64_T, 32, sl->src, e->tag, -1,
-                e->comm, 0, sl, PC_COOKIE_CTRL, 0, 0, -1, 0};
+    pc_msg m = {0, sl->buf, PC_STAMP_WORDS, MPI_UINT64_T,
+                8 * PC_STAMP_WORDS, sl->src, e->tag, -1, e->comm, 0, sl,
+                PC_COOKIE_CTRL, 0, 0, -1, 0};
     int rc = pc_wire_start(&m, &sl->handle);
     if (rc == MPI_SUCCESS)
         ctrl.posted++;
@@ -128,8 +138,71 @@ static int ep_grow(endpoint *e)
     return PC_OK;
 }
 
-/* Route a stamped message; 1 if a schedule took it. */
-static int route(endpoint *e, uint64_t id, uint64_t round, int src, int tag)
+/* A future round's stamped message, kept until that round is armed. */
+/* ---- delivery to an op (the schedule's side; round.c's arm() delivers
+ * what was banked) */
+/* A message of a future round, kept with its data until that round. */
+static void bank(pc_sched *s, int i, uint64_t r, const void *data,
+                 int64_t bytes)
+{
+    pc_op *op = &s->ops[i];
+    uint64_t *b = pc_grow(op->bank, &op->capbank, op->nbank + 1,
+                          sizeof(uint64_t), 4);
+    unsigned char *d = NULL;
+    if (b) {
+        op->bank = b;
+        if (bytes && (d = pc_grow(op->bankdata, &op->capbankdata,
+                                  op->nbank + 1, (size_t)bytes, 4)) != NULL)
+            op->bankdata = d;
+    }
+    if (!b || (bytes && !d)) {
+        pc_sched_set_error(s, PC_ENOMEM, "out of memory banking a message "
+                           "of round %llu for op %d", (unsigned long long)r,
+                           i);
+        return;
+    }
+    if (bytes)
+        memcpy(d + (size_t)op->nbank * bytes, data, (size_t)bytes);
+    op->bank[op->nbank++] = r;
+}
+
+void pc_round_deliver(pc_sched *s, int i, uint64_t r, const void *data,
+                      int64_t bytes)
+{
+    pc_op *op = &s->ops[i];
+    int64_t want = op->kind == PC_RECV && op->count
+                       ? op->count * pc_dtypes[op->dtype].size : 0;
+    if (bytes != want) {
+        pc_sched_set_error(s, PC_EINVAL, "op %d: a stamped message of %lld "
+                           "data bytes for a receive of %lld", i,
+                           (long long)bytes, (long long)want);
+        return;
+    }
+    if (op->kind == PC_GATE) {                 /* the application opened it */
+        if (r == s->round && s->armed && op->state == OP_ACTIVE)
+            pc_round_complete(s, i, PC_OC_OK);
+        else
+            atomic_fetch_add(&s->stale, 1);
+        return;
+    }
+    if (r < s->round) {
+        atomic_fetch_add(&s->stale, 1);
+    } else if (r == s->round && s->armed) {
+        if (op->state == OP_IDLE) {
+            if (bytes)
+                memcpy(pc_addr(s, op->aslot, op->aoff), data, (size_t)bytes);
+            pc_round_complete(s, i, PC_OC_OK);
+        } else {
+            atomic_fetch_add(&s->surplus, 1);
+        }
+    } else if (op->kind == PC_RECV) {          /* future round: bank it */
+        bank(s, i, r, data, bytes);
+    }
+}
+
+/* Route a stamped message (and its data); 1 if a schedule took it. */
+static int route(endpoint *e, uint64_t id, uint64_t round, int src, int tag,
+                 const void *data, int64_t bytes)
 {
     for (pc_sched *s = e->bucket[bucket_of(e, id)]; s; s = s->ep_next) {
         if (s->stamp_id != id || s->cleaned)
@@ -137,7 +210,7 @@ static int route(endpoint *e, uint64_t id, uint64_t round, int src, int tag)
         int op = pc_sched_find_srecv(s, src, tag);
         if (op < 0)
             continue;
-        pc_round_deliver(s, op, round);
+        pc_round_deliver(s, op, round, data, bytes);
         pc_engine_queue(s);
         return 1;
     }
@@ -179,7 +252,7 @@ int pc_ctrl_register(pc_sched *s)
     for (int k = 0; k < e->nbank; k++) {
         if (e->bank[k].id == s->stamp_id &&
             route(e, e->bank[k].id, e->bank[k].round, e->bank[k].src,
-                  e->bank[k].tag))
+                  e->bank[k].tag, e->bank[k].data, e->bank[k].bytes))
             continue;
         e->bank[keep++] = e->bank[k];
     }
@@ -243,7 +316,7 @@ static void fail_listeners(endpoint *e, int code, const char *what)
 void pc_ctrl_arrived(slot *sl, const pc_done *d)
 {
     endpoint *e = sl->e;
-    uint64_t id = sl->buf[0], round = sl->buf[1];
+    uint64_t id = sl->buf[0], round = sl->buf[1], bytes = sl->buf[3];
     int tag = (int)sl->buf[2];
     sl->handle = -1;
     ctrl.posted--;
@@ -257,8 +330,14 @@ void pc_ctrl_arrived(slot *sl, const pc_done *d)
         fail_listeners(e, PC_EFAILED, what);
         return;
     }
-    if (d->mpi_error == MPI_SUCCESS && d->bytes == 32 &&
-        !route(e, id, round, sl->src, tag)) {
+    /* a header, and as many words of data as it says */
+    const uint64_t *data = sl->buf + PC_STAMP_HEADER / 8;
+    int whole = d->bytes >= PC_STAMP_HEADER && bytes <= PC_STAMP_DATA_MAX &&
+                d->bytes == PC_STAMP_HEADER + 8 * (int64_t)((bytes + 7) / 8);
+    if (d->mpi_error == MPI_SUCCESS && !whole)
+        ctrl.foreign++;              /* not one of ours */
+    else if (d->mpi_error == MPI_SUCCESS &&
+             !route(e, id, round, sl->src, tag, data, (int64_t)bytes)) {
         int known = 0;
         for (int k = 0; k < 64 && k < e->nfreed; k++)
             known |= e->freed[k] == id;
@@ -277,7 +356,9 @@ void pc_ctrl_arrived(slot *sl, const pc_done *d)
             e->bank[e->nbank].id = id;
             e->bank[e->nbank].round = round;
             e->bank[e->nbank].src = sl->src;
-            e->bank[e->nbank++].tag = tag;
+            e->bank[e->nbank].tag = tag;
+            e->bank[e->nbank].bytes = (int64_t)bytes;
+            memcpy(e->bank[e->nbank++].data, data, (size_t)bytes);
             ctrl.unclaimed++;
         }
     }

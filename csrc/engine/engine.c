@@ -539,8 +539,9 @@ void pc_tl_op(int what, const pc_sched *s, int op, int outcome)
         if (o->kind == PC_SEND || o->kind == PC_RECV) {
             e.peer = o->wpeer;
             e.tag = o->tag;
-            e.bytes = (o->flags & PC_F_STAMPED)
-                          ? 32 : o->count * pc_dtypes[o->dtype].size;
+            e.bytes = o->count ? o->count * pc_dtypes[o->dtype].size : 0;
+            if (o->flags & PC_F_STAMPED)        /* the header too */
+                e.bytes += PC_STAMP_HEADER;
         }
     }
     pc_tl_record(&e);

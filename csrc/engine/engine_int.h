@@ -12,12 +12,13 @@
  *   wait.c      the application's thread in the engine: fires, gates and
  *               blocking waits that drive progress themselves
  *   round.c     a schedule's rounds: readiness, starting ops, arming and
- *               finishing rounds, stamped messages and fires
+ *               finishing rounds, stamped fires
  *   inflight.c  ops in flight: device work, completions, deadlines, the
  *               discard receives that stand in for timed-out ones, stopping
  *   wire.c      the transport in use, the gates sends pass, receives, and
  *               the dispatch of completions to their schedules
- *   ctrl.c      the control channel of round-stamped messages
+ *   ctrl.c      the control channel of round-stamped messages, and the
+ *               delivery of a stamped message or fire to its op
  *   timers.c    DELAY / START_AT ops and receive deadlines
  *
  * Everything below runs with the progress lock (pc_engine.prog) held,
@@ -87,7 +88,6 @@ int pc_round_progress(pc_sched *s);  /* >0: something happened, <0: error */
 int pc_round_busy(pc_sched *s);      /* a round in flight or about to start */
 void pc_round_complete(pc_sched *s, int i, int oc);
 int pc_round_run_ready(pc_sched *s);
-void pc_round_deliver(pc_sched *s, int op, uint64_t round);
 void pc_round_mpi_failure(pc_sched *s, int i, const char *what, int code);
 /* A peer of s's communicator failed (or another rank revoked it): revoke
  * it, so no survivor waits for the dead rank's messages, and fail s with
@@ -136,6 +136,10 @@ unsigned pc_wire_lossy(void);        /* no lock needed */
 void pc_wire_shutdown(void);
 
 /* ctrl.c */
+/* a stamped message (data: bytes of it; NULL, 0 for a fire or a gate
+ * opening) for op i in round r: now, or banked for its round */
+void pc_round_deliver(pc_sched *s, int op, uint64_t round, const void *data,
+                      int64_t bytes);
 int pc_ctrl_register(pc_sched *s);
 void pc_ctrl_unregister(pc_sched *s);
 struct pc_ctrl_endpoint;                /* one per communicator */

@@ -1,5 +1,6 @@
 /* round.c -- executing a schedule's rounds: readiness, starting ops,
- * arming and finishing rounds, stamped messages and fires.  Semantics in
+ * arming and finishing rounds, stamped fires (their delivery to an op, as
+ * a stamped message's: ctrl.c).  Semantics in
  * sched/pc_sched.h; ops in flight (device work, completions, deadlines) are
  * in inflight.c.
  *
@@ -205,11 +206,20 @@ static int start_send(pc_sched *s, int i)
     pc_op *op = &s->ops[i];
     s->inflight++;
     if (op->flags & PC_F_STAMPED) {
-        op->stamp[0] = s->stamp_id;
-        op->stamp[1] = s->round;
-        op->stamp[2] = (uint64_t)op->tag;
-        op->stamp[3] = 0;
-        int rc = pc_wire_send(s, i, op->stamp, 4, MPI_UINT64_T, -1);
+        /* the header, then the data copied behind it (the message leaves
+         * from op memory: the buffer is free again at once) */
+        uint64_t *m = op->stampbuf ? op->stampbuf : op->stamp;
+        int64_t bytes = op->count ? op->count * pc_dtypes[op->dtype].size
+                                  : 0;
+        m[0] = s->stamp_id;
+        m[1] = s->round;
+        m[2] = (uint64_t)op->tag;
+        m[3] = (uint64_t)bytes;
+        int hw = PC_STAMP_HEADER / 8;
+        if (bytes)
+            memcpy(m + hw, pc_addr(s, op->aslot, op->aoff), (size_t)bytes);
+        int rc = pc_wire_send(s, i, m, hw + (int)((bytes + 7) / 8),
+                              MPI_UINT64_T, -1);
         if (rc != MPI_SUCCESS) {
             pc_round_mpi_failure(s, i, "activation send failed", rc);
             return PC_EMPI;
@@ -387,38 +397,7 @@ int pc_round_run_ready(pc_sched *s)
     return rc == PC_OK ? n : -1;
 }
 
-/* ---- stamped messages and triggers */
-void pc_round_deliver(pc_sched *s, int i, uint64_t r)
-{
-    pc_op *op = &s->ops[i];
-    if (op->kind == PC_GATE) {                 /* the application opened it */
-        if (r == s->round && s->armed && op->state == OP_ACTIVE)
-            pc_round_complete(s, i, PC_OC_OK);
-        else
-            atomic_fetch_add(&s->stale, 1);
-        return;
-    }
-    if (r < s->round) {
-        atomic_fetch_add(&s->stale, 1);
-    } else if (r == s->round && s->armed) {
-        if (op->state == OP_IDLE)
-            pc_round_complete(s, i, PC_OC_OK);
-        else
-            atomic_fetch_add(&s->surplus, 1);
-    } else if (op->kind == PC_RECV) {          /* future round: bank it */
-        uint64_t *b = pc_grow(op->bank, &op->capbank, op->nbank + 1,
-                              sizeof(uint64_t), 4);
-        if (!b) {
-            pc_sched_set_error(s, PC_ENOMEM, "out of memory banking a "
-                               "message of round %llu for op %d",
-                               (unsigned long long)r, i);
-            return;
-        }
-        op->bank = b;
-        op->bank[op->nbank++] = r;
-    }
-}
-
+/* ---- arming a round (its banked stamped messages delivered) */
 static void arm(pc_sched *s)
 {
     s->armed = 1;
@@ -444,12 +423,20 @@ static void arm(pc_sched *s)
         if (op->ndeps == 0 && op->kind != PC_TRIGGER && !stamped_recv)
             ready(s, i, 0);
         if (stamped_recv && op->nbank) {   /* banked messages of this round */
+            size_t b = op->count ? (size_t)op->count *
+                                       pc_dtypes[op->dtype].size : 0;
             int keep = 0;
             for (int k = 0; k < op->nbank; k++) {
-                if (op->bank[k] <= s->round)
-                    pc_round_deliver(s, i, op->bank[k]);
-                else
+                if (op->bank[k] <= s->round) {
+                    pc_round_deliver(s, i, op->bank[k],
+                                     b ? op->bankdata + k * b : NULL,
+                                     (int64_t)b);
+                } else {
+                    if (b && keep != k)
+                        memcpy(op->bankdata + keep * b, op->bankdata + k * b,
+                               b);
                     op->bank[keep++] = op->bank[k];
+                }
             }
             op->nbank = keep;
         }
@@ -503,7 +490,7 @@ static int absorb_fires(pc_sched *s)
             if (f.round > s->round || (f.round == s->round && !s->armed)) {
                 s->sfire[keep++] = f;
             } else {
-                pc_round_deliver(s, f.op, f.round);
+                pc_round_deliver(s, f.op, f.round, NULL, 0);
                 n++;
             }
         }

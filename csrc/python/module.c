@@ -238,6 +238,7 @@ static const struct { const char *name; long value; } constants[] = {
     K(NREDOPS), K(NDTYPES), K(NCLASS),
     K(ALL), K(ANY), K(ATLEAST),
     K(F_LOCKED), K(F_OPTIONAL), K(F_STAMPED), K(F_DELIVERED), K(F_FILL),
+    K(STAMP_DATA_MAX), K(STAMP_HEADER),
     K(TL_CALLER),
     K(OC_NONE), K(OC_OK), K(OC_DROPPED), K(OC_TIMEDOUT), K(OC_SKIPPED),
     K(DESC_LEN), K(D_KIND), K(D_MODE), K(D_FLAGS), K(D_ASLOT), K(D_AOFF),

@@ -134,9 +134,12 @@ static int check_flags(const pc_op *op, int i, char *err, size_t errlen)
         if (op->kind != PC_SEND && op->kind != PC_RECV)
             return reject(err, errlen, "op %d: only send/recv can be "
                           "stamped", i);
-        if (op->count != 0)
-            return reject(err, errlen, "op %d: stamped messages carry no "
-                          "data", i);
+        if (op->count < 0 ||
+            (op->count > 0 && (op->dtype < 0 || op->dtype >= PC_NDTYPES ||
+                               op->count * (int64_t)pc_dtypes[op->dtype].size
+                                   > PC_STAMP_DATA_MAX)))
+            return reject(err, errlen, "op %d: a stamped message carries at "
+                          "most %d bytes of data", i, PC_STAMP_DATA_MAX);
         if (op->kind == PC_RECV && op->ndeps)
             return reject(err, errlen, "op %d: a stamped recv has no "
                           "dependencies", i);
@@ -162,7 +165,7 @@ static int check_buffers_of(const pc_sched *s, const pc_op *op, int i,
         if (op->dtype < 0 || op->dtype >= PC_NDTYPES)
             return reject(err, errlen, "op %d: unknown dtype %d", i,
                           op->dtype);
-        if (!(op->flags & PC_F_STAMPED) &&
+        if ((!(op->flags & PC_F_STAMPED) || op->count > 0) &&
             (op->aslot < 0 || op->aslot >= nslots || op->aoff < 0))
             return reject(err, errlen, "op %d: buffer slot %d out of range",
                           i, op->aslot);
@@ -236,6 +239,13 @@ static int parse_op(pc_sched *s, int i, const int64_t *d, int64_t ndeps,
         s->triggers[s->ntriggers++] = i;
     if (op->kind == PC_RECV && (op->flags & PC_F_STAMPED))
         s->srecv[s->nsrecv++] = i;
+    if (op->kind == PC_SEND && (op->flags & PC_F_STAMPED) && op->count > 0) {
+        int64_t bytes = op->count * pc_dtypes[op->dtype].size;
+        op->stampbuf = calloc((size_t)((PC_STAMP_HEADER + bytes + 7) / 8),
+                              8);
+        if (!op->stampbuf)
+            return reject(err, errlen, "op %d: out of memory", i);
+    }
     return PC_OK;
 }
 
@@ -513,12 +523,15 @@ static int check_op_buffers(pc_sched *s, int i, char *err, size_t errlen)
         (rc = check_slot(s, i, op->prslot, op->proff, 8, "priority", err,
                          errlen)) != PC_OK)
         return rc;
-    if (!uses_a(op->kind) || (op->flags & PC_F_STAMPED))
+    if (!uses_a(op->kind) || ((op->flags & PC_F_STAMPED) && !op->count))
         return PC_OK;
     if ((rc = check_slot(s, i, op->aslot, op->aoff, bytes, "buffer", err,
                          errlen)) != PC_OK)
         return rc;
     pc_slot *a = &s->slots[op->aslot];
+    if ((op->flags & PC_F_STAMPED) && a->space != PC_HOST)
+        return reject(err, errlen, "op %d: a stamped message carries host "
+                      "memory only", i);
     if (writes_a(op->kind) && !a->writable)
         return reject(err, errlen, "op %d: slot %d is read-only but the op "
                       "writes to it", i, op->aslot);

@@ -81,14 +81,16 @@
  *   re-arms itself after each round; a non-persistent one runs one round per
  *   pc_engine_post().
  *
- * Round-stamped messages (flag STAMPED, SEND/RECV with count == 0)
- *   carry {schedule stamp id, round, tag}.  They travel on the engine's
- *   control channel (one receive per peer rank and communicator,
- *   engine/ctrl.c), not one
- *   posted receive per op, so idle schedules cost nothing.  A message stamped
- *   with round s is: stale (s < current round) -> discarded, counted; for the
- *   current round -> completes the op (or is a surplus); for a later round ->
- *   banked until that round is armed.  A message with another stamp id
+ * Round-stamped messages (flag STAMPED, SEND/RECV)
+ *   carry {schedule stamp id, round, tag, data bytes} and up to
+ *   PC_STAMP_DATA_MAX bytes of host data (count > 0: the send's buffer,
+ *   written into the receive's on delivery; both ops give the same size).
+ *   They travel on the engine's control channel (one receive per peer rank
+ *   and communicator, engine/ctrl.c), not one posted receive per op, so
+ *   idle schedules cost nothing.  A message stamped with round s is: stale
+ *   (s < current round) -> discarded, counted; for the current round ->
+ *   completes the op (or is a surplus); for a later round -> banked, with
+ *   its data, until that round is armed.  A message with another stamp id
  *   (another schedule on a communicator with the same context) is foreign.
  *
  * Triggers
@@ -137,6 +139,13 @@ enum { PC_NOP = 0, PC_TRIGGER = 1, PC_SEND = 2, PC_RECV = 3,
        PC_DELAY = 8, PC_START_AT = 9, PC_GATE = 10, PC_SCALE = 11,
        PC_NKINDS = 12 };
 enum { PC_ALL = 0, PC_ANY = 1, PC_ATLEAST = 2 };
+/* data bytes a round-stamped message carries at most (a multiple of 8),
+ * and the words of such a message: the header {stamp id, round, tag, data
+ * bytes}, then the data */
+#define PC_STAMP_DATA_MAX 224
+#define PC_STAMP_HEADER 32
+#define PC_STAMP_WORDS ((PC_STAMP_HEADER + PC_STAMP_DATA_MAX) / 8)
+
 enum { PC_F_OPTIONAL = 1, PC_F_STAMPED = 2, PC_F_LOCKED = 4,
        PC_F_DELIVERED = 8, PC_F_FILL = 16 };
 /* an op's outcome in a round: PC_OC_* (common/pc_trace.h) */
@@ -188,9 +197,12 @@ typedef struct pc_op {
     double t_ready, t_done;   /* pc_now() when started / completed */
     double t_arrive;          /* RECV: the transport's arrival time, 0 none */
     double t_wire;            /* RECV: its first byte on the wire, 0 none */
-    uint64_t stamp[4];        /* stamped payload {stamp id, round, tag, 0} */
+    uint64_t stamp[4];        /* stamped send: {stamp id, round, tag, 0} */
+    uint64_t *stampbuf;       /* stamped send with data: the header, then
+                                 the data (PC_STAMP_WORDS at most) */
     uint64_t *bank;           /* stamped recv: banked future rounds */
-    int nbank, capbank;
+    unsigned char *bankdata;  /* ... and their data (count > 0) */
+    int nbank, capbank, capbankdata;
     _Atomic uint64_t fires;   /* triggers: fires requested (monotonic) */
     uint64_t fires_used;
 } pc_op;

@@ -122,9 +122,11 @@ int pc_sched_last_outcomes(pc_sched *s, uint8_t *outcome, int *nok,
 /* ---- lifetime */
 static void destroy(pc_sched *s)
 {
-    if (s->ops)
-        for (int i = 0; i < s->nops; i++)
-            free(s->ops[i].bank);
+    for (int i = 0; s->ops && i < s->nops; i++) {
+        free(s->ops[i].bank);
+        free(s->ops[i].bankdata);
+        free(s->ops[i].stampbuf);
+    }
     free(s->ops);
     free(s->slots);
     free(s->succ);

@@ -145,7 +145,10 @@ def _stages(ev, t_call, t_ret):
         end = min(max(end, t), t_ret)
         out[name], t = end - t, end
     sends = done[done["kind"] == CONSTANTS["SEND"]]
-    stamped = (sends["flags"] & CONSTANTS["F_STAMPED"]) != 0
+    # an activation message is stamped and carries no data (a stamped
+    # message with data, at two ranks, is the exchange)
+    stamped = ((sends["flags"] & CONSTANTS["F_STAMPED"]) != 0) & \
+        (sends["bytes"] == CONSTANTS["STAMP_HEADER"])
     caller = (done["flags"] & CONSTANTS["TL_CALLER"]) != 0
     out.update(total=t_ret - t_call, ops=float(done.size),
                act_msgs=float(stamped.sum()),

@@ -24,6 +24,9 @@ _C = _core.constants()
 ALL, ANY, ATLEAST = _C["ALL"], _C["ANY"], _C["ATLEAST"]
 KIND_NAMES = _C["kinds"]            # op kind code -> name, from the C core
 
+#: the most data bytes a round-stamped message carries
+STAMP_DATA_MAX = _C["STAMP_DATA_MAX"]
+
 #: an op's dependencies: one op (the int an op method returns) or several
 After: TypeAlias = int | Iterable[int]
 #: an op's buffer operand: a slot, or ``slot[a:b]``
@@ -37,6 +40,23 @@ def _address(peer, tag, traffic_class):
     against the communicator's size when the schedule is committed)."""
     return (whole(peer, "peer"), whole(tag, "tag"),
             whole(traffic_class, "traffic_class", 0, _C["NCLASS"] - 1))
+
+
+def _stamped_ref(buf):
+    """The data a stamped send or receive carries: None (only the round
+    number), or ``buf`` checked: host memory, and no more than
+    :data:`STAMP_DATA_MAX` bytes."""
+    if buf is None:
+        return None
+    a = as_ref(buf)
+    nbytes = a.count * a.slot.dtype.itemsize
+    if a.slot.device:
+        raise ScheduleError(f"a stamped message carries host memory only, "
+                            f"not {a}")
+    if nbytes > STAMP_DATA_MAX:
+        raise ScheduleError(f"a stamped message carries at most "
+                            f"{STAMP_DATA_MAX} bytes, not {nbytes} ({a})")
+    return a
 
 
 class GraphBuilder:
@@ -181,18 +201,21 @@ class GraphBuilder:
              delivered: bool = False) -> int:
         """Send ``buf`` (a slot or slot[a:b]) to ``peer``.
 
-        ``stamped=True`` sends no data, only the round number (activation
-        messages).  ``priority``: ready ops start lowest number first, and
-        when a cap on sends in flight per destination is set
-        (:func:`partialcoll.set_send_cap`) queued sends leave lowest number
-        first; an int, or an int64 ``slot[i:i+1]`` read each time the op
-        becomes ready (any op takes one).  ``order=k`` (an int, or a
-        one-element int64 ``slot[i:i+1]`` read each round): the send leaves
-        only after this schedule released k earlier ordered sends to
-        ``peer`` in the round (a counter gate; number them 0..n-1 per peer).
+        ``stamped=True`` sends the round number (activation messages) on
+        the executor's control channel, and ``buf`` with it if given (host
+        memory, at most ``STAMP_DATA_MAX`` (224) bytes), which a stamped
+        receive of the same size takes.  ``priority``: ready ops start
+        lowest number first, and when a cap on sends in flight per
+        destination is set (:func:`partialcoll.set_send_cap`) queued sends
+        leave lowest number first; an int, or an int64 ``slot[i:i+1]`` read
+        each time the op becomes ready (any op takes one).  ``order=k``
+        (an int, or a one-element int64 ``slot[i:i+1]`` read each round):
+        the send leaves only after this schedule released k earlier
+        ordered sends to ``peer`` in the round (a counter gate; number them
+        0..n-1 per peer).
         ``traffic_class`` picks the emulated network's drop probability
         (:mod:`partialcoll.transport.network`)."""
-        a = None if stamped else as_ref(buf)
+        a = _stamped_ref(buf) if stamped else as_ref(buf)
         peer, tag, traffic_class = _address(peer, tag, traffic_class)
         order, param = op_param(order, np.int64, "order")
         if stamped and (order >= 0 or param is not None):
@@ -212,7 +235,12 @@ class GraphBuilder:
              timeout: float | None = None, traffic_class: int = 0,
              delivered: bool = False) -> int:
         """Receive into ``buf`` from ``peer``.  A stamped receive has no
-        dependencies and stays posted for the life of the schedule.
+        dependencies and stays posted for the life of the schedule; with a
+        ``buf`` (host memory, at most ``STAMP_DATA_MAX`` (224) bytes) it
+        takes the data of the peer's stamped send of the same round,
+        written into ``buf`` as soon as the round has started and the
+        message is there (so nothing else of the round may use ``buf``
+        before the receive completes).
 
         A receive ends ``DELIVERED``, ``DROPPED`` (the emulated network
         says the message was lost) or ``TIMEDOUT``: ``timeout`` seconds
@@ -220,7 +248,7 @@ class GraphBuilder:
         that depends directly on a receive that was not delivered does
         nothing.  A message that arrives after its receive timed out is
         discarded (``stats["late"]``), never taken by a later round."""
-        a = None if stamped else as_ref(buf)
+        a = _stamped_ref(buf) if stamped else as_ref(buf)
         peer, tag, traffic_class = _address(peer, tag, traffic_class)
         if stamped and after:
             raise ScheduleError("a stamped receive cannot have dependencies")

@@ -69,8 +69,9 @@ class QuorumRounds(Rounds):
                                 f"{quorum!r}")
         return int(quorum)
 
-    def activate(self, s, P, rank, tags):
-        return schedule.quorum_activation(s, P, rank, tags, self.quorum)
+    def activate(self, s, P, rank, tags, heard=()):
+        return schedule.quorum_activation(s, P, rank, tags, self.quorum,
+                                          heard)
 
 
 KINDS = {"solo": SoloRounds, "majority": MajorityRounds,

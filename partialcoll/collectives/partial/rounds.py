@@ -135,9 +135,9 @@ class Rounds(Synchronous, Survival, Blocking):
         """The kind's quorum, checked (None: the kind has none)."""
         return None
 
-    def activate(self, s, P, rank, tags):
+    def activate(self, s, P, rank, tags, heard=()):
         """Build the kind's activation into ``s`` (see :mod:`.schedule`)."""
-        return schedule.any_rank_activation(s, P, rank, tags)
+        return schedule.any_rank_activation(s, P, rank, tags, heard)
 
     def _check_consistent(self, lc, algorithm, problem=None):
         """Collective: the same error on every rank when a rank found a

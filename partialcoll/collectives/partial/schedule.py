@@ -8,7 +8,11 @@ Up to the recursive-doubling threshold (host memory) the two allreduces
 are one: the flags ride in the data's messages (the data, padded to 8
 bytes, then the int64 flags, in one buffer), each received message
 reduced twice (data with op, flags with SUM).  Larger data runs its own
-algorithm beside a recursive doubling of the flags.
+algorithm beside a recursive doubling of the flags.  At two ranks, where
+that one buffer fits a round-stamped message (``STAMP_DATA_MAX`` bytes,
+without the fault-tolerance extensions' send buffer), the data is the
+activation: a rank starts on its trigger or on the peer's data, and a
+round is one message each way (:func:`_build_eager`).
 
 * activation: who may start a round.
   - solo: every rank's trigger T (stamped with the round) starts it.  Up
@@ -64,6 +68,7 @@ import numpy as np
 
 from ...core.devices import HOST
 from ...core.ops import OPS
+from ...core.graph import STAMP_DATA_MAX
 from ...core.schedule import Schedule
 from ..algorithm import choose_algorithm, tmp_size
 from ..builders import BUILDERS, build_recursive_doubling
@@ -132,13 +137,18 @@ class Activation:
 FLAT_MAX = 64
 
 
-def any_rank_activation(s, P, rank, tags):
+def any_rank_activation(s, P, rank, tags, heard=()):
     """Solo's and majority's activation: the trigger, or an activation
     message, activates.  Up to :data:`FLAT_MAX` ranks the trigger sends
     to every other rank; above, each rank forwards on the circulant
-    dimensions above the one it heard on."""
+    dimensions above the one it heard on.  ``heard``: at two ranks, the
+    receive of the peer's data when the data is the activation (see
+    :func:`build`): no activation messages then."""
     trigger = s.trigger(optional=True)
     tag0 = tags["activation"]
+    if heard:
+        return Activation(trigger, trigger,
+                          s.nop(after=[trigger] + list(heard), mode=1))
     if P <= FLAT_MAX:
         others = [(rank + d) % P for d in range(1, P)]
         recvs = [s.recv(peer=p, tag=tag0, stamped=True, optional=True)
@@ -161,7 +171,7 @@ def _send_to_all(s, peers, tag, act):
         s.send(peer=p, tag=tag, stamped=True, optional=True, after=[act])
 
 
-def quorum_activation(s, P, rank, tags, quorum):
+def quorum_activation(s, P, rank, tags, quorum, heard=()):
     """Quorum's activation: arrivals go to rank 0, whose activation needs
     ``quorum`` of them and is sent on as solo's is (to every rank
     directly up to :data:`FLAT_MAX` ranks, else on the circulant
@@ -171,6 +181,10 @@ def quorum_activation(s, P, rank, tags, quorum):
 
         rank 0:  count = k of (T, arrivals 1..P-1)        (optional)
                  act   = ANY(count, bypass, flush arrivals 1..P-1)
+
+    ``heard``: at two ranks, the receive of the peer's data when the data
+    is the activation (see :func:`build`): rank 0 sends no activation
+    message, rank 1 starts on rank 0's data.
     """
     trigger = s.trigger(optional=True)
     bypass = s.trigger(optional=True)
@@ -183,6 +197,8 @@ def quorum_activation(s, P, rank, tags, quorum):
                           optional=True) for p in range(1, P)]
         count = s.nop(after=[trigger] + arrivals, need=quorum, optional=True)
         act = s.nop(after=[count, bypass] + flushes, mode=1)
+        if heard:
+            return Activation(trigger, bypass, act)
         if P <= FLAT_MAX:
             _send_to_all(s, range(1, P), tag0, act)
             return Activation(trigger, bypass, act)
@@ -194,6 +210,8 @@ def quorum_activation(s, P, rank, tags, quorum):
            after=[trigger])
     s.send(peer=0, tag=tags["flush_arrive"], stamped=True, optional=True,
            after=[bypass])
+    if heard:
+        return Activation(trigger, bypass, s.nop(after=list(heard), mode=1))
     if P <= FLAT_MAX:
         heard = s.recv(peer=0, tag=tag0, stamped=True, optional=True)
         return Activation(trigger, bypass, s.nop(after=[heard], mode=1))
@@ -236,8 +254,10 @@ def build(spec):
             b[k] = s.buffer(getattr(spec, k), name=k)
     algo = choose_algorithm(n * spec.dtype.itemsize, n, P, spec.algorithm)
     tags = tag_layout(P, spec.tag0)
-    act = spec.activate(s, P, rank, tags)
     one_pass = algo == "recursive_doubling" and mem is HOST
+    # without a send buffer the snapshot goes straight into the exchange's
+    # receive buffers, which it then reduces in place
+    inplace = spec.send is None
     if one_pass:
         # the bookkeeping rides in the data's messages
         wire = []
@@ -246,15 +266,15 @@ def build(spec):
             b[name], b["meta_" + name] = (
                 s.buffer(data, name=name), s.buffer(meta, name="meta_" + name))
             wire.append(s.buffer(packed, name=name + "_wire"))
-    else:
+        if P == 2 and inplace and packed.nbytes <= STAMP_DATA_MAX:
+            return _build_eager(s, spec, b, wire, tags)
+    act = spec.activate(s, P, rank, tags)
+    if not one_pass:
         b["recv"] = s.buffer(mem.empty(n, spec.dtype), name="recv")
         b["meta_recv"] = s.buffer(np.zeros(3 + 2 * P, np.int64),
                                   name="meta_recv")
         b["meta_tmp"] = s.buffer(np.zeros(3 + 2 * P, np.int64),
                                  name="meta_tmp")
-    # without a send buffer the snapshot goes straight into the exchange's
-    # receive buffers, which it then reduces in place
-    inplace = spec.send is None
     snap = _snapshot(s, b, act.done, inplace, mem is HOST)
     first = len(s)
     send, meta_send = (None, None) if inplace else (b["send"],
@@ -275,8 +295,42 @@ def build(spec):
             inplace=inplace, after=[snap], tag0=tags["meta"]))
     # one rank: no exchange in place, the round is done with its snapshot
     done = s.nop(after=list(range(first, len(s))) or [snap])
+    return _finish(s, spec, b, act, done)
+
+
+def _build_eager(s, spec, b, wire, tags):
+    """Two ranks, a small round: the data is the activation.  A rank's
+    round starts on its trigger or on the peer's data, whichever comes
+    first, and sends its snapshot (data and bookkeeping) to the peer as
+    one stamped message::
+
+        heard = stamped recv(tmp_wire <- peer)
+        act   = ANY(T, heard)  (the kind's: majority's T fires on the
+                                drawn rank only, quorum's on rank 0)
+        snapshot -> stamped send(recv_wire -> peer) -> recv op= tmp
+
+    One message each way per round, as ``MPI_Allreduce`` sends, where an
+    activation message and then an exchange would be two.  A stamped
+    message travels on the executor's control channel, so an idle object
+    posts no receive of its own."""
+    peer = 1 - spec.rank
+    tag = tags["activation"]
+    heard = s.recv(wire[1], peer, tag=tag, stamped=True)
+    act = spec.activate(s, 2, spec.rank, tags, heard=[heard])
+    snap = _snapshot(s, b, act.done, True, True)
+    sent = s.send(wire[0], peer, tag=tag, stamped=True, after=[snap])
+    done = s.nop(after=[s.reduce(b["recv"], b["tmp"], spec.op,
+                                 after=[sent, heard]),
+                        s.reduce(b["meta_recv"], b["meta_tmp"], SUM,
+                                 after=[sent, heard])])
+    return _finish(s, spec, b, act, done)
+
+
+def _finish(s, spec, b, act, done):
+    """The accounting after ``done`` (the exchange), then the schedule
+    committed; returns (schedule, :class:`Activation`)."""
     c = _accumulate(s, b, spec.op, done)
-    _count_stragglers(s, b, P, c)
+    _count_stragglers(s, b, spec.size, c)
     s.commit()
     return s, act
 
