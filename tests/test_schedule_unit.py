@@ -9,6 +9,7 @@ from mpi4py import MPI
 import partialcoll as pc
 from partialcoll import _core
 from partialcoll.core.graph import STAMP_DATA_MAX
+from partialcoll.core.ops import OPS
 
 
 def counter_sched(persistent=True, mode=pc.ALL, ntrig=2, optional=False):
@@ -251,6 +252,19 @@ def test_fill_sets_every_element_from_one():
         s.wait(1, timeout=5)
         assert (dst == 1).all()
         s.free()
+
+
+@pytest.mark.parametrize("op", list(OPS.values()), ids=list(OPS))
+def test_identity_op_x_is_x_unless_the_op_gives_truth_values(op):
+    """What a partial call's deposit into an empty pending buffer relies
+    on to copy instead of reducing (csrc/partial/calls.c): identity op x
+    is x, for every op but those that give truth values."""
+    for dt in sorted(op.dtypes, key=str):
+        if dt.kind == "b":              # truth values already
+            continue
+        x = np.array([5, 0, 3, 2], dt)
+        y = op.ufunc()(np.full(4, op.identity(dt), dt), x)
+        assert np.array_equal(y, x) != op.truth_valued, (op, dt)
 
 
 def test_fill_errors():

@@ -41,6 +41,7 @@ typedef struct {
     Py_buffer buf[NBUF];
     int nheld;                 /* buffers held (the first nheld) */
     int size, rank, kind, marks_bypass, trigger, bypass, dtype, redop;
+    int keeps;                 /* identity op x is x (see deposit) */
     uint64_t seed;
     int64_t base, count;
     long long seq;             /* the last call's deposit number, or -1 */
@@ -104,7 +105,7 @@ static int hold_buffers(CallsObject *o, PyObject *bufs, Py_ssize_t itemsize)
 }
 
 /* Calls(sched, buffers, size, rank, kind, marks_bypass, seed, trigger,
- *       bypass, base, count, itemsize, dtype, redop) */
+ *       bypass, base, count, itemsize, dtype, redop, keeps) */
 static int calls_init(CallsObject *self, PyObject *args, PyObject *kw)
 {
     PyObject *sched, *bufs;
@@ -116,11 +117,11 @@ static int calls_init(CallsObject *self, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "Calls is made once");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "OO!iiipKiiLLnii", &sched, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "OO!iiipKiiLLniip", &sched, &PyTuple_Type,
                           &bufs, &self->size, &self->rank, &self->kind,
                           &self->marks_bypass, &seed, &self->trigger,
                           &self->bypass, &base, &count, &itemsize,
-                          &self->dtype, &self->redop) ||
+                          &self->dtype, &self->redop, &self->keeps) ||
         api->check(sched) < 0)
         return -1;
     if (self->size < 1 || self->rank < 0 || self->rank >= self->size ||
@@ -136,14 +137,6 @@ static int calls_init(CallsObject *self, PyObject *args, PyObject *kw)
     Py_INCREF(sched);
     self->sched = sched;
     return hold_buffers(self, bufs, itemsize);
-}
-
-/* Whether identity op x is x, bit for bit but for the sign of a zero:
- * all but the logical reductions (codes 4-6 of partialcoll.core.ops:
- * land, lor, lxor), which give 0 or 1. */
-static int keeps(int redop)
-{
-    return redop < 4 || redop > 6;
 }
 
 /* Step 1, under the lock: the deposit.  Returns 0 and sets *waiting,
@@ -165,9 +158,10 @@ static int deposit(CallsObject *o, const void *x, long long observed,
         for (int i = 3 + P; i < 3 + 2 * P; i++)
             flag[i] = 1;
     }
-    if (*I64(o, B_DEP_SEQ) == *I64(o, B_ROUND_SEQ) && keeps(o->redop)) {
+    if (*I64(o, B_DEP_SEQ) == *I64(o, B_ROUND_SEQ) && o->keeps) {
         /* nothing deposited since the snapshot: pending holds the
-         * identity, and identity op x is x */
+         * identity, and identity op x is x (bit for bit but for the sign
+         * of a zero; not for the reductions that give truth values) */
         memcpy(o->buf[B_PENDING].buf, x, (size_t)o->buf[B_PENDING].len);
     } else {
         rc = api->reduce(x, o->buf[B_PENDING].buf, o->count, o->dtype,

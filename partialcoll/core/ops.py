@@ -58,6 +58,12 @@ class Op:
         """The mpi4py ``MPI.Op`` of the same reduction."""
         return getattr(MPI, self.name)
 
+    @property
+    def truth_valued(self) -> bool:
+        """Whether the op gives truth values, 0 or 1 (LAND, LOR, LXOR):
+        then ``identity op x`` is not ``x``."""
+        return self.name in ("LAND", "LOR", "LXOR")
+
     def identity(self, dtype: npt.DTypeLike) -> np.generic:
         """The identity element of this op for ``dtype`` (a NumPy scalar)."""
         dt: np.dtype[Any] = np.dtype(dtype)

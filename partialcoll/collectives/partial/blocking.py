@@ -52,7 +52,7 @@ class Blocking:
             self.size, self.rank, CALL_KINDS[self.kind], self.marks_bypass,
             self.seed & (2**64 - 1), self._trigger, self._bypass,
             self._base, self._pending.size, dtype.itemsize, code,
-            self.op.code)
+            self.op.code, not self.op.truth_valued)
 
     def call(self, x):
         """The blocking call, ``start(x, blocking=True).wait()``: in C where
