@@ -245,3 +245,37 @@ def test_a_cached_call_flushes_the_waiting_forms_first():
         assert waiting and not any(f.dirty for f in waiting)
     got += settle_all().get(3, 0)
     assert (got == 3 * P).all(), got
+
+
+@pytest.mark.parametrize("name,form", WAITING, ids=[w[0] for w in WAITING])
+def test_a_form_that_alone_waits_runs_no_hook_on_its_own_call(
+        name, form, monkeypatch):
+    """A waiting majority/quorum form marks its communicator with its own
+    signature: its repeated calls run no before_collective hook (they
+    would find nothing to flush), another signature's call or any other
+    library collective runs them (and flushes it), and so does a mark
+    another module left (pending True)."""
+    runs = []
+    real = libcomm._run_hooks
+    monkeypatch.setattr(libcomm, "_run_hooks",
+                        lambda event, *a: (runs.append(event), real(event,
+                                                                    *a)))
+    got = np.zeros(3)
+    got += form(np.ones(3)).data
+    lc = libcomm.find(COMM)
+    mine = [f for f in lc.cache["partial.forms"].cache.values()
+            if f.rounds.kind == name][0]
+    assert lc.pending == mine.key
+    runs.clear()
+    for _ in range(5):
+        got += form(np.ones(3)).data                # the cached path
+    got += form(np.ones(3), op=MPI.SUM).data        # the general path
+    assert runs == [] and lc.pending == mine.key
+    lc.pending = True                               # another module's mark
+    got += form(np.ones(3)).data
+    assert runs == ["before_collective"] and lc.pending == mine.key
+    assert mine.dirty                               # it still waits
+    with pc.SoloAllreduce(np.zeros(2)):             # flushes it
+        assert len(runs) == 2 and not mine.dirty
+    got += settle_all().get(3, 0)
+    assert (got == 8 * P).all(), got

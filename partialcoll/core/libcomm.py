@@ -93,7 +93,9 @@ class LibraryComm:
         self.created = 0        # persistent objects made on it (the same
                                 # count on every rank: creation is collective)
         self.cache = {}
-        self.pending = False    # a module has work for before_collective
+        # work for before_collective: False (none), True, or the token of
+        # the one caller whose own work alone waits (see before_collective)
+        self.pending = False
         self.refs = 1           # the user communicator's attribute
         self.attached = True    # the user communicator is not freed yet
         self.freed = False
@@ -135,8 +137,14 @@ class LibraryComm:
         flush there).  ``keep``: an opaque token the hooks pass over (a
         function form's own signature).  The hooks run only while a module
         has set ``lc.pending`` (cleared here first; a hook that leaves work
-        sets it again), so a plain collective pays one attribute test."""
-        if self.pending:
+        sets it again), so a plain collective pays one attribute test.  A
+        module whose only work left belongs to one caller sets ``pending``
+        to that caller's token instead of True: that caller's own
+        collectives (``keep`` equal to it) then run no hook, anyone
+        else's do; a module that finds ``pending`` set to another token
+        sets it to True."""
+        pending = self.pending
+        if pending and pending != keep:
             self.pending = False
             _run_hooks("before_collective", self, keep)
 

@@ -139,7 +139,7 @@ def _function_form(kind, name, sendbuf, recvbuf, op, comm, **kw):
     res = form.rounds.call(form.rounds.accept(data, x)[0])
     form.dirty = True
     if form.rounds.kind != "solo":
-        lc.pending = True                   # _flush_waiting_forms has work
+        _waits(lc, form)
     fast = _fast_key(kind, sendbuf, op, kw)
     if fast is not None and mem is devices.HOST:
         forms.fast[fast] = (form, data.kind)
@@ -202,7 +202,7 @@ def _again(kind, sendbuf, recvbuf, op, comm, kw):
     form.array_kind = array_kind
     form.dirty = True
     if form.rounds.kind != "solo":
-        lc.pending = True
+        _waits(lc, form)
     if recvbuf is not None and res.data is not recvbuf:
         # a wait that went on (a long wait, a death) made its own array
         recvbuf.reshape(-1)[...] = res.data.reshape(-1)
@@ -260,7 +260,14 @@ def _flush_waiting_forms(lc, keep=None):
             form.held = _merge(form.held, form.rounds.flush(),
                                form.rounds.combine)
         elif form.dirty and form.rounds.kind != "solo":
-            lc.pending = True                # `keep` still waits for a flush
+            _waits(lc, form)                 # `keep` still waits for a flush
+
+
+def _waits(lc, form):
+    """Tell lc's next collectives that ``form`` waits for a flush: only
+    another signature's call, or any other collective, flushes it (see
+    ``LibraryComm.before_collective``)."""
+    lc.pending = form.key if lc.pending in (False, form.key) else True
 
 
 @libcomm.register("on_user_free")
