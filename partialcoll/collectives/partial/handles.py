@@ -321,7 +321,8 @@ class MajorityAllreduce(PartialAllreduce):
 class QuorumAllreduce(PartialAllreduce):
     """Partial allreduce whose round starts once ``quorum`` processes have
     arrived: at least k fresh contributions per round, guaranteed.  k = 1 is
-    solo-like, k = P a full synchronous allreduce."""
+    solo's activation (any caller starts a round; no arrivals counted at
+    rank 0), k = P a full synchronous allreduce."""
 
     kind = "quorum"
 

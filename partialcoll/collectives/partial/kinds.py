@@ -55,6 +55,8 @@ class QuorumRounds(Rounds):
                       wake)
 
     def waits_for(self, rnd):
+        if self.quorum == 1:
+            return "any rank's call"
         return f"{self.quorum} ranks' calls (arrivals counted at rank 0)"
 
     def check_quorum(self, quorum):
@@ -70,6 +72,10 @@ class QuorumRounds(Rounds):
         return int(quorum)
 
     def activate(self, s, P, rank, tags, heard=()):
+        # one arrival is a quorum: any caller starts the round, as solo's
+        # do, with no count at rank 0 (nor its hop)
+        if self.quorum == 1:
+            return schedule.any_rank_activation(s, P, rank, tags, heard)
         return schedule.quorum_activation(s, P, rank, tags, self.quorum,
                                           heard)
 

@@ -27,7 +27,8 @@ round is one message each way (:func:`_build_eager`).
     a seed shared by all ranks and the round number) fires T.
   - quorum(k): every caller sends a stamped arrival to rank 0, whose
     activation NOP needs k of the P arrivals, then sends the activation
-    as solo's T does.
+    as solo's T does.  quorum(1) is activated as solo is: one arrival is
+    a quorum, so counting it at rank 0 would only add a hop.
 
   Why direct sends up to FLAT_MAX: a rank that is not inside a call
   hears a message when its progress thread next polls, tens of
