@@ -138,7 +138,6 @@ static int ep_grow(endpoint *e)
     return PC_OK;
 }
 
-/* A future round's stamped message, kept until that round is armed. */
 /* ---- delivery to an op (the schedule's side; round.c's arm() delivers
  * what was banked) */
 /* A message of a future round, kept with its data until that round. */

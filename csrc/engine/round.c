@@ -1,8 +1,7 @@
 /* round.c -- executing a schedule's rounds: readiness, starting ops,
  * arming and finishing rounds, stamped fires (their delivery to an op, as
- * a stamped message's: ctrl.c).  Semantics in
- * sched/pc_sched.h; ops in flight (device work, completions, deadlines) are
- * in inflight.c.
+ * a stamped message's: ctrl.c).  Semantics in sched/pc_sched.h; ops in
+ * flight (device work, completions, deadlines) are in inflight.c.
  *
  * Everything here runs with the engine's progress lock held, by the
  * progress thread or by an application thread that drives progress while it
@@ -221,7 +220,7 @@ static int start_send(pc_sched *s, int i)
         int rc = pc_wire_send(s, i, m, hw + (int)((bytes + 7) / 8),
                               MPI_UINT64_T, -1);
         if (rc != MPI_SUCCESS) {
-            pc_round_mpi_failure(s, i, "activation send failed", rc);
+            pc_round_mpi_failure(s, i, "stamped send failed", rc);
             return PC_EMPI;
         }
         return PC_OK;
