@@ -119,14 +119,16 @@ done
 # between hosts cross MPICH's network module, each host has its own
 # /dev/shm and a clock a day apart.  A machine that refuses namespaces
 # fails here; it never skips.  Tests that need the emulated network (one
-# host only) skip there, saying so.
+# host only) skip there, saying so.  Two hosts of one rank each run the
+# partial collectives' two-rank round (its data on the control channel)
+# across hosts.
 ACROSS="test_across_hosts.py test_clock.py test_executor_mpi.py test_allreduce.py
     test_allreduce_pool.py test_partial.py test_partial_contract.py
     test_flush.py test_forms.py test_eager.py test_eager_torch.py
     test_eager_ddp.py test_horovod_broadcast.py test_arrival.py
     test_loadbalance.py test_mlfabric_ps.py test_mlfabric_allreduce.py
     test_mlfabric_torch_ps.py test_tictac_ps.py"
-for cfg in "2 2 ucx" "2 2 ofi" "2 4 ucx"; do
+for cfg in "2 1 ucx" "2 2 ucx" "2 2 ofi" "2 4 ucx"; do
     set -- $cfg
     logs="cluster-$3-$1x$2"
     echo "== MPI tests across $1 emulated hosts x $2 ranks over $3 (ranks 1.. write tests/logs/$logs/)"
