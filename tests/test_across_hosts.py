@@ -86,3 +86,58 @@ def test_control_channel_posts_one_receive_per_rank_and_cancels_them():
         settle(before["control_receives"])
     finally:
         comm.Free()
+
+
+def _outside_mpi_barrier(listener, port, timeout=30.0):
+    """Every rank connects to rank 0's TCP socket, says it is there, and
+    waits for rank 0's word that all are: a barrier that calls no MPI (as
+    a gloo collective after a library call does not)."""
+    import socket
+    if RANK == 0:
+        peers = []
+        for _ in range(P - 1):
+            conn, _ = listener.accept()
+            conn.settimeout(timeout)
+            assert conn.recv(1) == b"r"
+            peers.append(conn)
+        for conn in peers:
+            conn.sendall(b"g")
+            conn.close()
+        return
+    with socket.create_connection(("127.0.0.1", port), timeout) as s:
+        s.sendall(b"r")
+        assert s.recv(1) == b"g"
+
+
+def test_an_exchange_then_a_wait_outside_mpi_finishes():
+    """An mpi4py allreduce on the calling thread (as the library's flush
+    ends with), ``control.settle()``, then a wait outside MPI (a TCP
+    barrier) for every rank to be done, twenty times.  Over MPICH's OFI
+    module with the TCP provider, without the settle, this hung at once
+    in every run: a rank's last message of the allreduce stayed inside
+    MPI until its next MPI call, the rank went on into the barrier, and a
+    peer waited in the allreduce for ever (a gloo collective after
+    ``EagerHook.close`` hung so).  The library settles after each of its
+    own exchanges (:mod:`partialcoll.core.control`)."""
+    import socket
+
+    from partialcoll.core import control
+    if P < 2:
+        pytest.skip("needs two ranks")
+    listener, port = None, None
+    if RANK == 0:
+        listener = socket.create_server(("127.0.0.1", 0))
+        listener.settimeout(30.0)
+        port = listener.getsockname()[1]
+    port = COMM.bcast(port, root=0)
+    comm = COMM.Dup()
+    try:
+        for i in range(20):
+            assert comm.allreduce(RANK + i, op=MPI.MAX) == P - 1 + i
+            control.settle()
+            _outside_mpi_barrier(listener, port)
+    finally:
+        comm.Free()
+        if listener is not None:
+            listener.close()
+    COMM.Barrier()

@@ -2,7 +2,6 @@
 gradients averaged by partialcoll over MPI)."""
 import logging
 import random
-import socket
 import time
 
 import numpy as np
@@ -28,15 +27,10 @@ P, RANK = COMM.size, COMM.rank
 def gloo():
     if not dist.is_available():
         pytest.skip("torch.distributed is not available in this build")
-    port = None
-    if RANK == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    port = COMM.bcast(port, root=0)
-    COMM.Barrier()      # rank 0 moves the broadcast only while in MPI
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                            rank=RANK, world_size=P)
+    # the library's rendezvous: every rank's last MPI message has left
+    # before any rank blocks in torch.distributed (OFI's TCP provider
+    # moves a message only while its sender calls MPI)
+    pct.init_process_group("gloo", timeout=120)
     yield
     dist.destroy_process_group()
 

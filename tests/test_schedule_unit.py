@@ -309,6 +309,24 @@ def test_idle_progress_thread_uses_no_cpu():
     assert pc.progress_thread_cputime() - c0 < 0.005   # < 1% of a core
 
 
+def test_settle_nudges_mpi_for_a_moment_then_sleeps():
+    """After a control exchange (control.settle) the progress thread calls
+    into MPI a few times with nothing of ours outstanding, ever more
+    sparsely, then stops: the idle thread still uses no CPU."""
+    from partialcoll.core import control
+    assert wait_until(lambda: _core.engine_stats()["outstanding"] == 0)
+    time.sleep(2 * control.SETTLE_S)         # an earlier settle is over
+    n0 = _core.engine_stats()["nudges"]
+    control.settle()
+    time.sleep(2 * control.SETTLE_S)
+    n1 = _core.engine_stats()["nudges"]
+    assert 3 <= n1 - n0 <= 200, n1 - n0
+    c0 = pc.progress_thread_cputime()
+    time.sleep(0.3)
+    assert _core.engine_stats()["nudges"] == n1
+    assert pc.progress_thread_cputime() - c0 < 0.003
+
+
 def test_stamped_message_of_another_schedule_is_dropped():
     """Same communicator and tag, different stamp id: never an activation.
     The control channel keeps it for a schedule with that id that may

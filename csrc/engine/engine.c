@@ -16,6 +16,10 @@
  *     exponential back-off capped at PARTIALCOLL_POLL_MAX_US (100 us); with
  *     only long-lived receives (the control channel) the cap grows with the
  *     time since anything happened, up to PARTIALCOLL_IDLE_MAX_US (2 ms).
+ *     For a moment after the library's own blocking exchanges
+ *     (pc_engine_settle) it nudges the transport even with nothing
+ *     outstanding, ever more sparsely (at most SETTLE_MAX_US apart), then
+ *     sleeps.
  *  5. A blocking wait drives progress itself: the waiting application thread
  *     (GIL released) takes the progress lock and sweeps while the thread
  *     parks, so the latency path has no hand-off between threads.
@@ -85,6 +89,22 @@ void pc_engine_timed_wait(pthread_cond_t *cv, double us)    /* mtx held */
 }
 
 static void mark_event(void) { pc_engine.last_event = pc_now(); }
+
+/* the longest pause between two nudges while settling, in us */
+#define SETTLE_MAX_US 10000
+
+/* Settling (pc_engine_settle): 1 while it lasts, 0 once over (and then
+ * settle_until is cleared, so that later sweeps read no clock). */
+static int settling(double now)
+{
+    double until = atomic_load(&pc_engine.settle_until);
+    if (until <= 0)
+        return 0;
+    if (now < until)
+        return 1;
+    atomic_compare_exchange_strong(&pc_engine.settle_until, &until, 0.0);
+    return 0;
+}
 
 /* ---- lists (prog held) */
 void pc_engine_queue(pc_sched *s)
@@ -249,6 +269,9 @@ int pc_engine_sweep(void)
     take_inbox();
     n += run_work();
     n += pc_wire_poll();
+    if (atomic_load_explicit(&pc_engine.settle_until, memory_order_relaxed) >
+            0 && pc_wire_outstanding() == 0 && settling(pc_now()))
+        pc_wire_nudge();        /* nothing to test: move what MPI holds */
     if (pc_timers_next() < HUGE_VAL)        /* no clock read without timers */
         n += pc_timers_fire(pc_now());
     n += run_polled();
@@ -290,6 +313,13 @@ double pc_engine_pause_us(long idle)
         us = backoff > since ? backoff : since;
         if (us > pc_engine.idle_max_us)
             us = pc_engine.idle_max_us;
+    } else if (settling(now)) {
+        /* the bytes left behind go at the first nudge, if the socket
+         * takes them; a few more, ever sparser, for those it did not */
+        double since = (now - atomic_load(&pc_engine.settle_from)) * 1e6 / 4;
+        us = pc_engine.poll_max_us > since ? pc_engine.poll_max_us : since;
+        if (us > SETTLE_MAX_US)
+            us = SETTLE_MAX_US;
     } else {
         us = HUGE_VAL;
     }
@@ -351,6 +381,30 @@ void pc_engine_wake(void)
     pthread_mutex_unlock(&pc_engine.mtx);
 }
 
+static int start_thread(void)          /* mtx held */
+{
+    if (!pc_engine.started) {
+        if (pthread_create(&pc_engine.thread, NULL, progress_main,
+                           NULL) != 0)
+            return PC_ENOMEM;
+        pc_engine.started = 1;
+    }
+    return PC_OK;
+}
+
+void pc_engine_settle(double seconds)
+{
+    pc_engine_init();
+    double now = pc_now();
+    pthread_mutex_lock(&pc_engine.mtx);
+    if (!pc_engine.shutdown && start_thread() == PC_OK) {
+        atomic_store(&pc_engine.settle_from, now);
+        atomic_store(&pc_engine.settle_until, now + seconds);
+        pthread_cond_signal(&pc_engine.cv);
+    }
+    pthread_mutex_unlock(&pc_engine.mtx);
+}
+
 /* wake = 0: the caller is about to drive progress itself (a blocking call),
  * so the background thread is left asleep. */
 int pc_engine_post(pc_sched *s, int wake)
@@ -366,14 +420,8 @@ int pc_engine_post(pc_sched *s, int wake)
         rc = PC_EBUSY;
         goto out;
     }
-    if (!pc_engine.started) {
-        if (pthread_create(&pc_engine.thread, NULL, progress_main,
-                           NULL) != 0) {
-            rc = PC_ENOMEM;
-            goto out;
-        }
-        pc_engine.started = 1;
-    }
+    if ((rc = start_thread()) != PC_OK)
+        goto out;
     atomic_fetch_add(&s->posted, 1);
     inbox_push(s);
     if (wake)

@@ -49,6 +49,8 @@ typedef struct {
     _Atomic int quiet;                   /* last sweep: nothing outstanding */
     double last_event;
     long poll_max_us, idle_max_us;       /* design constraint 4 */
+    /* pc_engine_settle: nudge the transport until then (0: not settling) */
+    _Atomic double settle_from, settle_until;
 } pc_engine_state;
 
 extern pc_engine_state pc_engine;
@@ -124,6 +126,7 @@ int pc_wire_emulated_pending(void);  /* an emulator still holds messages */
 int pc_wire_hot(void);               /* round-bound messages in flight */
 int pc_wire_wait_yields(void);       /* the transport's (no lock needed) */
 int pc_wire_outstanding(void);       /* messages of any kind in flight */
+void pc_wire_nudge(void);            /* the transport's nudge() */
 int pc_wire_sends_left(void);        /* sends not yet completed */
 double pc_wire_next_poll(void);      /* the transport's own deadline */
 int pc_wire_use_network(const char *config, char *err, int errlen);

@@ -28,6 +28,11 @@ int pc_engine_busy(pc_sched *s);     /* after one sweep */
 void pc_engine_notify(pc_sched *s);  /* application-side change: visit s */
 void pc_engine_enqueue(pc_sched *s); /* the same, not waking the thread */
 void pc_engine_wake(void);
+/* After the library's own blocking exchanges (the Python side's control
+ * collectives): keep the transport moving for `seconds` even with nothing
+ * outstanding, so that bytes of sends MPI has completed leave this process
+ * before the application blocks outside MPI (pc_transport.h, nudge). */
+void pc_engine_settle(double seconds);
 /* 1: its sends still drain (keep the buffers until sends_left is 0) */
 int pc_engine_free(pc_sched *s);
 

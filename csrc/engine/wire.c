@@ -62,6 +62,7 @@ static struct {
     sendgate *gates;           /* by destination (world rank) */
     int ngates;
     uint64_t seq;
+    uint64_t nudges;           /* pc_wire_nudge calls (engine_stats) */
 } wire;
 
 /* read outside the progress lock: copies of the transport's, written
@@ -99,6 +100,14 @@ unsigned pc_wire_lossy(void) { return atomic_load(&lossy); }
 int pc_wire_outstanding(void)
 {
     return wire.tp ? wire.tp->outstanding(wire.tp) : 0;
+}
+
+void pc_wire_nudge(void)
+{
+    if (wire.tp) {
+        wire.tp->nudge(wire.tp);
+        wire.nudges++;
+    }
 }
 
 /* messages an emulated network holds or still hands over to MPI */
@@ -415,10 +424,10 @@ void pc_wire_stats(uint64_t *v, int n)
 {
     uint64_t foreign, unclaimed, posted;
     pc_ctrl_stats(&foreign, &unclaimed, &posted);
-    uint64_t all[7] = {foreign, unclaimed, (uint64_t)wire.nhot,
+    uint64_t all[8] = {foreign, unclaimed, (uint64_t)wire.nhot,
                        (uint64_t)wire.nsends,
                        (uint64_t)(wire.tp ? wire.tp->outstanding(wire.tp) : 0),
-                       (uint64_t)wire.cap, posted};
-    for (int k = 0; k < n && k < 7; k++)
+                       (uint64_t)wire.cap, posted, wire.nudges};
+    for (int k = 0; k < n && k < 8; k++)
         v[k] = all[k];
 }

@@ -19,6 +19,19 @@ static PyObject *mod_shutdown(PyObject *m, PyObject *args)
     return PyLong_FromLong(pc_reap());
 }
 
+/* settle(seconds): pc_engine_settle */
+static PyObject *mod_settle(PyObject *m, PyObject *args)
+{
+    (void)m;
+    double seconds;
+    if (!PyArg_ParseTuple(args, "d", &seconds))
+        return NULL;
+    if (!(seconds >= 0 && seconds <= 60))
+        return pc_raise(PC_EINVAL, "settle takes 0 to 60 seconds");
+    pc_engine_settle(seconds);
+    Py_RETURN_NONE;
+}
+
 static PyObject *mod_reap(PyObject *m, PyObject *unused)
 {
     (void)m;
@@ -157,16 +170,17 @@ static PyObject *mod_engine_stats(PyObject *m, PyObject *unused)
 {
     (void)m;
     (void)unused;
-    uint64_t v[7] = {0};
-    pc_engine_stats(v, 7);
-    return Py_BuildValue("{sKsKsKsKsKsKsK}", "foreign",
+    uint64_t v[8] = {0};
+    pc_engine_stats(v, 8);
+    return Py_BuildValue("{sKsKsKsKsKsKsKsK}", "foreign",
                          (unsigned long long)v[0], "unclaimed",
                          (unsigned long long)v[1], "hot",
                          (unsigned long long)v[2], "sends_left",
                          (unsigned long long)v[3], "outstanding",
                          (unsigned long long)v[4], "send_cap",
                          (unsigned long long)v[5], "control_receives",
-                         (unsigned long long)v[6]);
+                         (unsigned long long)v[6], "nudges",
+                         (unsigned long long)v[7]);
 }
 
 static PyObject *mod_timeline_enable(PyObject *m, PyObject *args)
@@ -347,6 +361,8 @@ static PyMethodDef mod_methods[] = {
     {"set_network", mod_set_network, METH_VARARGS,
      "set_network(config) -> transport name"},
     {"engine_stats", mod_engine_stats, METH_NOARGS, "engine counters"},
+    {"settle", mod_settle, METH_VARARGS,
+     "settle(seconds): keep the transport moving that long (pc_engine_settle)"},
     {"netem_model", mod_netem_model, METH_VARARGS,
      "netem_model(config, t0, t, msgs, now) -> (time, states, next event) "
      "(tests)"},

@@ -238,6 +238,12 @@ static int netem_outstanding(pc_transport *tp)
     return N->wire->outstanding(N->wire) + N->queued + N->nsent;
 }
 
+static void netem_nudge(pc_transport *tp)
+{
+    netem *N = (netem *)tp;
+    N->wire->nudge(N->wire);
+}
+
 static void netem_shutdown(pc_transport *tp)
 {
     netem *N = (netem *)tp;
@@ -314,7 +320,8 @@ pc_transport *pc_netem_create(pc_transport *wire, const char *config,
     }
     N->base = (pc_transport){"netem", netem_start, netem_poll,
                              netem_cancel_recv, netem_next_poll,
-                             netem_outstanding, netem_shutdown, 0, 64};
+                             netem_outstanding, netem_shutdown, netem_nudge,
+                             0, 64};
     N->wire = wire;
     N->next_finish = INFINITY;
     if (netem_parse(&N->cfg, config, err, errlen) != 0)

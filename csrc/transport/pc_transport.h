@@ -89,6 +89,14 @@ struct pc_transport {
     double (*next_poll)(pc_transport *tp);
     int (*outstanding)(pc_transport *tp);   /* messages not yet completed */
     void (*shutdown)(pc_transport *tp);
+    /* Let the network library move what it still holds, with nothing of
+     * ours outstanding to test.  Under weak progress a send can complete
+     * before its bytes leave the process (MPICH over OFI's TCP provider
+     * writes them to the socket only inside a later MPI call): a process
+     * that then blocks outside MPI (a gloo collective, a socket) would
+     * keep its peers waiting for ever.  The engine nudges for a moment
+     * after the library's own blocking exchanges (pc_engine_settle). */
+    void (*nudge)(pc_transport *tp);
     /* 1: a send may complete only once its receiver has posted the
      * receive (MPI's rendezvous), so a send in flight may wait on the
      * receiver's schedule; 0: sends complete when the wire delivered them */

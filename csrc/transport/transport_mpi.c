@@ -228,6 +228,18 @@ static void mpi_shutdown(pc_transport *tp)
     memset(t, 0, sizeof(*t));
 }
 
+/* MPICH: MPIX_Stream_progress drives every module's progress, with no
+ * communicator (an MPI_Iprobe on MPI_COMM_SELF is served locally and moves
+ * nothing; one on a shared communicator could raise a peer's failure).
+ * Other MPI libraries: nothing. */
+static void mpi_nudge(pc_transport *tp)
+{
+    (void)tp;
+#if defined(MPICH_NUMVERSION) && MPICH_NUMVERSION >= 40100000
+    MPIX_Stream_progress(MPIX_STREAM_NULL);
+#endif
+}
+
 static mpi_tp the_mpi;
 
 /* ---- failures (pc_transport.h) */
@@ -296,6 +308,7 @@ pc_transport *pc_transport_mpi(void)
 {
     the_mpi.base = (pc_transport){"mpi", mpi_start, mpi_poll,
                                   mpi_cancel_recv, mpi_next_poll,
-                                  mpi_outstanding, mpi_shutdown, 1, 2000};
+                                  mpi_outstanding, mpi_shutdown, mpi_nudge,
+                                  1, 2000};
     return &the_mpi.base;
 }

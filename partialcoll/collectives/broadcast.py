@@ -95,6 +95,7 @@ def broadcast_pickled(ctl, obj, root_rank, what):
         except Exception as e:
             error = f"{type(e).__name__}: {e}"
     failed = [(r, e) for r, e in enumerate(ctl.allgather(error)) if e]
+    control.settle()
     if failed:
         raise ScheduleError(f"{what}: cannot unpickle rank {root_rank}'s "
                             f"object: " + "; ".join(f"rank {r}: {e}"

@@ -166,6 +166,7 @@ def estimate(comm: MPI.Comm | None = None,
         else:
             _answer(dup)
         control.wait_for(dup.Ibcast(table, root=REFERENCE))
+        control.settle()
     finally:
         dup.Free()
     clock = Clock(rank, table[0].tolist(), table[1].tolist(), now())

@@ -8,8 +8,25 @@ import time
 
 from mpi4py import MPI
 
-from . import failures, libcomm
+from . import engine, failures, libcomm
 from .errors import ScheduleError, agreed_kind, portable
+
+#: seconds the progress thread keeps MPI moving after a control exchange
+SETTLE_S = 0.1
+
+
+def settle():
+    """After a control exchange on the calling thread: the progress thread
+    keeps MPI moving for :data:`SETTLE_S` (:func:`.engine.settle`), so that
+    this rank's last messages of it leave the process even when the
+    application next blocks outside MPI (a gloo collective, a socket).
+    Over MPICH's OFI module with the TCP provider, an mpi4py allreduce
+    followed by such a wait hung at once without it: a rank's last
+    message stayed inside MPI, the rank blocked elsewhere, and a peer
+    waited in the allreduce for ever.  Nothing without
+    MPI_THREAD_MULTIPLE (no progress thread may call MPI then)."""
+    if MPI.Query_thread() == MPI.THREAD_MULTIPLE and not MPI.Is_finalized():
+        engine.settle(SETTLE_S)
 
 
 def wait_for(req, longest=0.002, comm=None):
@@ -45,6 +62,7 @@ def arrive(comm):
     slow rank and from the progress threads, and a P = 5 test suite on two
     cores stalled for tens of seconds (docs/results.md)."""
     wait_for(comm.Ibarrier(), longest=0.001, comm=comm)
+    settle()
 
 
 def gather_checked(comm, what, mine, problem=None):
@@ -59,6 +77,7 @@ def gather_checked(comm, what, mine, problem=None):
     arrive(comm)
     everyone = comm.allgather(
         (mine, None if problem is None else portable(problem)))
+    settle()
     found = [(r, p) for r, (_, p) in enumerate(everyone) if p is not None]
     if found:
         error = agreed_kind(kind for _, (kind, _) in found)(
@@ -77,6 +96,7 @@ def disagreements(comm, mine):
     keys whose values are not the same on every rank)."""
     arrive(comm)
     everyone = comm.allgather(mine)
+    settle()
     bad = [k for k in mine if any(d.get(k) != mine[k] for d in everyone)]
     return everyone, bad
 

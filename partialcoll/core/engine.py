@@ -21,6 +21,17 @@ def now() -> float:
     return _core.now()
 
 
+def settle(seconds: float) -> None:
+    """Have the progress thread keep MPI moving for ``seconds`` even with
+    nothing of the library's in flight (it starts the thread if need be).
+    Call it after a blocking exchange on the calling thread: under weak
+    progress the last message a rank sent in it may still sit inside MPI
+    when the call returns (MPICH over OFI's TCP provider writes it to the
+    socket only during a later MPI call), and an application that then
+    blocks outside MPI would keep its peers waiting for that message."""
+    _core.settle(seconds)
+
+
 def progress_thread_cputime() -> float:
     """CPU seconds the progress thread has used so far (0 if not started)."""
     return _core.thread_cputime()
@@ -44,8 +55,10 @@ def engine_stats() -> dict[str, int]:
     kind: idle persistent schedules add none, one control receive per
     peer rank and communicator serves them), ``hot`` (round-bound ones),
     ``sends_left``, ``unclaimed``/``foreign`` stamped messages,
-    ``send_cap``, and ``control_receives`` (those control receives, of
-    the communicators in use)."""
+    ``send_cap``, ``control_receives`` (those control receives, of
+    the communicators in use) and ``nudges`` (calls into MPI with
+    nothing outstanding, after the library's own exchanges:
+    :func:`settle`)."""
     return _core.engine_stats()
 
 

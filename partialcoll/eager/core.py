@@ -366,7 +366,9 @@ class EagerAverager:
         anything = int((extra[0] > 0 or any(r.rounds for r in res)) and
                        any(bool(xp.any(d != 0)) for d in out))
         control.arrive(self._lc.ctl)           # no busy-poll for a slow rank
-        if not self._lc.ctl.allreduce(anything, op=MPI.MAX):
+        anything = self._lc.ctl.allreduce(anything, op=MPI.MAX)
+        control.settle()
+        if not anything:
             return None
         info = StepInfo(0, min(r.active for r in res), True,
                         max(r.rounds for r in res) + extra[0],

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
+from ..core import control
 from ..core.checks import check_comm, require_thread_multiple
 from ..core.errors import ArgumentTypeError, ScheduleError
 from ..core.ops import OpLike
@@ -169,6 +170,7 @@ def init_process_group(backend: str = "gloo", comm: MPI.Comm | None = None,
     # (OFI's TCP provider does), and rank 0 is about to wait in
     # torch.distributed for the others to connect
     comm.Barrier()
+    control.settle()        # and rank 0's last message of the barrier too
     dist.init_process_group(backend, store=store, rank=comm.rank,
                             world_size=comm.size, **kwargs)
     return dist.group.WORLD

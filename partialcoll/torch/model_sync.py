@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from mpi4py import MPI
 
-from ..core import libcomm
+from ..core import control, libcomm
 from ..core.checks import check_comm
 from ..core.errors import ScheduleError
 from .optimizer import live_optimizers
@@ -83,6 +83,7 @@ def synchronize_model(model: torch.nn.Module,
     with torch.no_grad():
         for _, t in items:
             _average_one(comm, t, P)
+    control.settle()
 
 
 def _average_one(comm, t, P):

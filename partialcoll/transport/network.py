@@ -82,7 +82,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from ..core import engine, env, units
+from ..core import control, engine, env, units
 from . import network_schema
 from ..core.errors import ArgumentTypeError, ScheduleError
 from ..core.checks import check_comm
@@ -311,6 +311,7 @@ def enable(source: dict[str, Any] | str | os.PathLike[str],
     _state["generation"] += 1
     _install(n, _state["generation"])
     comm.Barrier()
+    control.settle()
     return n
 
 
@@ -321,6 +322,7 @@ def disable(comm: MPI.Comm | None = None) -> None:
     engine.set_network("")
     _state["config"] = None
     comm.Barrier()
+    control.settle()
 
 
 def current() -> dict[str, Any] | None:

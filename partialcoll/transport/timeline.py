@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 from mpi4py import MPI
 
-from ..core import clock, engine, env, libcomm
+from ..core import clock, control, engine, env, libcomm
 from ..core.errors import ScheduleError
 from ..core.checks import check_comm
 from ..core.slots import OUTCOMES as _OUTCOMES
@@ -138,6 +138,7 @@ def write(path: str | os.PathLike[str], comm: MPI.Comm | None = None
     world = MPI.COMM_WORLD.Get_rank()
     everyone = comm.gather((world, clk.offset, clk.error, mine.tobytes()),
                            root=0)
+    control.settle()
     if comm.Get_rank() != 0:
         return None
     assert everyone is not None          # gathered at rank 0
