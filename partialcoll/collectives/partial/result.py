@@ -14,7 +14,12 @@ class PartialResult:
             and returned, combined, by the next synchronous round).
         included: whether this call's contribution is in ``data``.
         round: index of the last round ``data`` covers (-1 if none).
-        active: processes that contributed fresh data in that round (NAP).
+        active: processes that contributed fresh data in that round (NAP):
+            calls that found no round begun or completed since their
+            rank's previous call.  Not a count of the contributions in
+            ``data``: any other deposit is carried into the next round
+            without being counted, so a synchronous round may hold data
+            with ``active == 0``, or hold nothing (the op's identity).
         rounds: how many rounds ``data`` combines (always the rounds whose
             sums are in ``data``: 1 for a plain call without catch-up).
         skipped: rounds that completed since this rank's previous result
