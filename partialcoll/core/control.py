@@ -17,7 +17,7 @@ SETTLE_S = 0.1
 
 def settle():
     """After a control exchange on the calling thread: the progress thread
-    keeps MPI moving for :data:`SETTLE_S` (:func:`.engine.settle`), so that
+    keeps MPI moving for ``SETTLE_S`` (``engine.settle``), so that
     this rank's last messages of it leave the process even when the
     application next blocks outside MPI (a gloo collective, a socket).
     Over MPICH's OFI module with the TCP provider, an mpi4py allreduce

@@ -57,8 +57,8 @@ def engine_stats() -> dict[str, int]:
     ``sends_left``, ``unclaimed``/``foreign`` stamped messages,
     ``send_cap``, ``control_receives`` (those control receives, of
     the communicators in use) and ``nudges`` (calls into MPI with
-    nothing outstanding, after the library's own exchanges:
-    :func:`settle`)."""
+    nothing outstanding, for a moment after each of the library's own
+    exchanges)."""
     return _core.engine_stats()
 
 
