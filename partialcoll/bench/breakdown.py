@@ -27,8 +27,9 @@ Per rank and round, the stages are the times between:
 
 A first recorded pass of the first collective is thrown away: the
 recording's first growth would about double its stages.  Each stage is
-clipped to the call, so a round's stages add up to its call: a round activated before the call began has a ``before`` of 0 and
-only the rest of its activation.  The table gives each stage's mean per
+clipped to the call, so a round's stages add up to its call: a round
+activated before the call began has a ``before`` of 0 and only the rest
+of its activation.  The table gives each stage's mean per
 call (means add up, medians need not), then the median call with and
 without the timeline.
 Also per round: ops, messages sent (activation / exchange), the ops run on

@@ -54,15 +54,18 @@ def wait_for(req, longest=0.002, comm=None):
         delay = min(2 * delay, longest)
 
 
-def arrive(comm):
+def arrive(comm, then_settle=True):
     """Wait, sleeping (:func:`wait_for`), until every rank of ``comm`` has
     arrived: an Ibarrier.  A blocking mpi4py collective right after it
     finds every rank there.  Without it, ranks that come early busy-poll
     inside MPICH; with more ranks than cores that took the CPU from the
     slow rank and from the progress threads, and a P = 5 test suite on two
-    cores stalled for tens of seconds (docs/results.md)."""
+    cores stalled for tens of seconds (docs/results.md).  Settles
+    (:func:`settle`) unless ``then_settle`` is False: for a caller whose
+    own exchange follows and settles."""
     wait_for(comm.Ibarrier(), longest=0.001, comm=comm)
-    settle()
+    if then_settle:
+        settle()
 
 
 def gather_checked(comm, what, mine, problem=None):
@@ -74,7 +77,7 @@ def gather_checked(comm, what, mine, problem=None):
     message that starts with ``what`` and names each rank that found a
     problem and what it was.  Only the kind's name and the message
     travel.  Returns every rank's ``mine``."""
-    arrive(comm)
+    arrive(comm, then_settle=False)
     everyone = comm.allgather(
         (mine, None if problem is None else portable(problem)))
     settle()
@@ -94,7 +97,7 @@ def gather_checked(comm, what, mine, problem=None):
 def disagreements(comm, mine):
     """Allgather the dict ``mine`` (collective).  Returns (everyone, the
     keys whose values are not the same on every rank)."""
-    arrive(comm)
+    arrive(comm, then_settle=False)
     everyone = comm.allgather(mine)
     settle()
     bad = [k for k in mine if any(d.get(k) != mine[k] for d in everyone)]

@@ -365,7 +365,8 @@ class EagerAverager:
         xp = self._mem.xp
         anything = int((extra[0] > 0 or any(r.rounds for r in res)) and
                        any(bool(xp.any(d != 0)) for d in out))
-        control.arrive(self._lc.ctl)           # no busy-poll for a slow rank
+        # no busy-poll for a slow rank
+        control.arrive(self._lc.ctl, then_settle=False)
         anything = self._lc.ctl.allreduce(anything, op=MPI.MAX)
         control.settle()
         if not anything:

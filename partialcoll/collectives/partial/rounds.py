@@ -186,9 +186,10 @@ class Rounds(Synchronous, Survival, Blocking):
         # the ranks met in _check_consistent, yet meeting again here before
         # the bcast measured faster at 5 ranks on 2 cores (median 14.0 s
         # against 16.5 s for test_eager_ddp + test_forms)
-        control.arrive(self.lc.ctl)
+        control.arrive(self.lc.ctl, then_settle=False)
         stamp_id = self.lc.ctl.bcast(secrets.randbits(63)
                                      if self.rank == 0 else None)
+        control.settle()
         self.sched, act = schedule.build(schedule.RoundSpec(
             comm=self.lc.comm, size=self.size, rank=self.rank, op=self.op,
             dtype=self.dtype, mem=mem, pending=self._pending,
