@@ -508,3 +508,59 @@ def test_the_failure_benchmark_times_a_takeover(tmp_path):
     assert row["died_at_update"] >= 20, row
     assert 0 < row["detect_s"] <= row["resume_s"] <= 10 * DETECTOR, row
     assert row["applied"] > row["replica_version"] > 0, row
+
+
+IN_FLIGHT = '''
+import json, os, time
+import numpy as np
+import partialcoll as pc
+from mpi4py import MPI
+
+world = MPI.COMM_WORLD
+comm = world.Dup()
+comm.Set_errhandler(MPI.ERRORS_RETURN)
+x = np.ones({count}, np.float32)
+world.Barrier()
+if comm.rank == 0:
+    s = pc.Schedule(comm)
+    s.send(s.buffer(x), 1)
+    s.recv(s.buffer(np.zeros(4, np.float32)), 1, tag=1)    # never sent
+    req = s.post()
+    time.sleep(0.05)
+    comm.Revoke()
+    try:
+        req.wait(timeout=20)
+        out = "completed"
+    except pc.RankFailedError:
+        out = "raised"
+else:
+    r = comm.Irecv(x, 0)
+    time.sleep(0.3)                 # no MPI call: rank 0's send stays open
+    r.Wait()
+    out = "received" if (x == 1).all() else "wrong data"
+print(json.dumps({{"rank": comm.rank, "out": out}}), flush=True)
+time.sleep(0.3)
+world.Barrier()                     # moves what comes back to rank 0
+print(json.dumps({{"rank": comm.rank, "alive": True}}), flush=True)
+os._exit(0)
+'''
+
+
+@pytest.mark.parametrize("count", [4096, 1 << 18])
+def test_a_send_in_flight_when_its_communicator_is_revoked(mpi_script,
+                                                           count):
+    # Rank 0's send is still in flight when rank 0 revokes the
+    # communicator; its receive that will never match fails at once.  Open
+    # MPI frees every request in error of the array MPI_Testsome was given,
+    # the send too; when rank 1 takes the message late, the send's last
+    # fragment comes back to a freed request and Open MPI ended the job
+    # ("Send error after request freed").  The transport's persistent
+    # requests are never freed in error: rank 0 raises, rank 1 gets the
+    # data, both live on.
+    rc, out, err, _ = mpi_script(IN_FLIGHT.format(count=count), n=2,
+                                 timeout=60, launcher=ULFM)
+    lines = [json.loads(s) for s in out.splitlines() if s.startswith("{")]
+    assert rc == 0, (out, err[-3000:])
+    got = {d["rank"]: d["out"] for d in lines if "out" in d}
+    assert got == {0: "raised", 1: "received"}, (out, err[-3000:])
+    assert sum("alive" in d for d in lines) == 2, (out, err[-3000:])

@@ -228,8 +228,9 @@ static int send_copy(netem *N, nsend *x)
     memcpy(x->copy, hdr, sizeof hdr);
     if (data)
         memcpy(x->copy + sizeof hdr, x->m.buf, (size_t)data);
-    int rc = MPI_Isend(x->copy, (int)(sizeof hdr + data), MPI_BYTE, x->m.peer,
-                       x->m.tag, x->m.comm, &N->sreq[N->nsent]);
+    int rc = pc_transport_isend(x->copy, (int)(sizeof hdr + data), MPI_BYTE,
+                                x->m.peer, x->m.tag, x->m.comm,
+                                &N->sreq[N->nsent]);
     if (rc != MPI_SUCCESS) {
         free(x->copy);
         x->copy = NULL;
@@ -301,9 +302,11 @@ int netem_sends_done(netem *N)
         return MPI_SUCCESS;
     for (int k = 0; k < out; k++) {
         nsend *x = N->sent[N->sidx[k]];
-        if (r == MPI_ERR_IN_STATUS && N->sst[k].MPI_ERROR != MPI_SUCCESS)
-            copy_failed(N->sst[k].MPI_ERROR);
-        free(x->copy);
+        int err = r == MPI_ERR_IN_STATUS ? N->sst[k].MPI_ERROR : MPI_SUCCESS;
+        if (err != MPI_SUCCESS)
+            copy_failed(err);
+        if (!pc_transport_request_done(&N->sreq[N->sidx[k]], err))
+            free(x->copy);          /* else MPI keeps it (pc_transport.h) */
         free(x);
         N->sent[N->sidx[k]] = NULL;
     }

@@ -129,4 +129,22 @@ void pc_transport_revoke(MPI_Comm comm);
  * out; returns how many there are (0 without the extensions). */
 int pc_transport_failed_ranks(MPI_Comm comm, int *out, int max);
 
+/* Requests that survive a failure.  With the extensions, when MPI_Test*
+ * finds a request in error, Open MPI frees every request of the array
+ * whose status holds an error, persistent ones excepted, even one still
+ * in flight: the extensions mark a send on a revoked communicator failed
+ * while its rendezvous with a living peer goes on.  When that message's
+ * last fragment comes back, Open MPI ends the job ("Send error after
+ * request freed").  So with the extensions every request here is
+ * persistent (MPI_Send_init or MPI_Recv_init, then MPI_Start), and one
+ * that ended in error is never freed: it is MPI's for ever, and so is its
+ * buffer (a few per failure).  Without them: MPI_Isend and MPI_Irecv. */
+int pc_transport_isend(const void *buf, int count, MPI_Datatype dt, int peer,
+                       int tag, MPI_Comm comm, MPI_Request *req);
+/* After MPI_Test* or MPI_Wait reported *req (from this file) complete with
+ * MPI error err: frees it if it is persistent and ended well.  Returns 1
+ * when it ended in error under the extensions (keep its buffer for ever),
+ * else 0. */
+int pc_transport_request_done(MPI_Request *req, int err);
+
 #endif

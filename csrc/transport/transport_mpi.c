@@ -87,6 +87,58 @@ static int grow(mpi_tp *t)
     return MPI_SUCCESS;
 }
 
+/* ---- requests that survive a failure (pc_transport.h) */
+
+#if PC_FT
+static int start_persistent(int rc, MPI_Request *req)
+{
+    if (rc != MPI_SUCCESS)
+        return rc;
+    rc = MPI_Start(req);
+    if (rc != MPI_SUCCESS)
+        MPI_Request_free(req);      /* never started: nothing in flight */
+    return rc;
+}
+#endif
+
+int pc_transport_isend(const void *buf, int count, MPI_Datatype dt, int peer,
+                       int tag, MPI_Comm comm, MPI_Request *req)
+{
+#if PC_FT
+    return start_persistent(
+        MPI_Send_init(buf, count, dt, peer, tag, comm, req), req);
+#else
+    return MPI_Isend(buf, count, dt, peer, tag, comm, req);
+#endif
+}
+
+static int start_recv(const pc_msg *m, MPI_Request *req)
+{
+#if PC_FT
+    return start_persistent(MPI_Recv_init(m->buf, m->count, m->dt, m->peer,
+                                          m->tag, m->comm, req), req);
+#else
+    return MPI_Irecv(m->buf, m->count, m->dt, m->peer, m->tag, m->comm,
+                     req);
+#endif
+}
+
+int pc_transport_request_done(MPI_Request *req, int err)
+{
+#if PC_FT
+    if (err != MPI_SUCCESS) {
+        *req = MPI_REQUEST_NULL;    /* MPI's for ever, never freed */
+        return 1;
+    }
+    if (*req != MPI_REQUEST_NULL)
+        MPI_Request_free(req);
+#else
+    (void)req;
+    (void)err;
+#endif
+    return 0;
+}
+
 static int mpi_start(pc_transport *tp, const pc_msg *m, int64_t *handle)
 {
     mpi_tp *t = (mpi_tp *)tp;
@@ -95,10 +147,9 @@ static int mpi_start(pc_transport *tp, const pc_msg *m, int64_t *handle)
         (t->n == t->cap && (rc = grow(t)) != MPI_SUCCESS))
         return MPI_ERR_NO_MEM;
     MPI_Request req;
-    rc = m->send ? MPI_Isend(m->buf, m->count, m->dt, m->peer, m->tag,
-                             m->comm, &req)
-                 : MPI_Irecv(m->buf, m->count, m->dt, m->peer, m->tag,
-                             m->comm, &req);
+    rc = m->send ? pc_transport_isend(m->buf, m->count, m->dt, m->peer,
+                                      m->tag, m->comm, &req)
+                 : start_recv(m, &req);
     if (rc != MPI_SUCCESS)
         return rc;
     int h = t->freeh[--t->nfree];
@@ -173,6 +224,7 @@ static int mpi_poll(pc_transport *tp, pc_done **out, int *n)
         int p = t->idx[k];
         int err = rc == MPI_ERR_IN_STATUS ? t->st[k].MPI_ERROR : MPI_SUCCESS;
         describe(&t->done[k], &t->ent[p], &t->st[k], err);
+        pc_transport_request_done(&t->reqs[p], err);
     }
     /* swap-remove, highest position first so lower ones stay valid */
     qsort(t->idx, outcount, sizeof(int), cmp_desc);
@@ -200,6 +252,7 @@ static int mpi_cancel_recv(pc_transport *tp, int64_t handle, pc_done *d)
         MPI_Test_cancelled(&st, &cancelled);
     if (!cancelled && d)
         describe(d, &t->ent[p], &st, rc);
+    pc_transport_request_done(&t->reqs[p], rc);
     drop(t, p);
     return cancelled ? 1 : 0;
 }
