@@ -135,10 +135,11 @@ int pc_transport_failed_ranks(MPI_Comm comm, int *out, int max);
  * in flight: the extensions mark a send on a revoked communicator failed
  * while its rendezvous with a living peer goes on.  When that message's
  * last fragment comes back, Open MPI ends the job ("Send error after
- * request freed").  So with the extensions every request here is
- * persistent (MPI_Send_init or MPI_Recv_init, then MPI_Start), and one
- * that ended in error is never freed: it is MPI's for ever, and so is its
- * buffer (a few per failure).  Without them: MPI_Isend and MPI_Irecv. */
+ * request freed").  So while the extensions are in use (Open MPI started
+ * with --with-ft ulfm) every request here is persistent (MPI_Send_init or
+ * MPI_Recv_init, then MPI_Start), and one that ended in error is never
+ * freed: it is MPI's for ever, and so is its buffer (a few per failure).
+ * Otherwise: MPI_Isend and MPI_Irecv. */
 int pc_transport_isend(const void *buf, int count, MPI_Datatype dt, int peer,
                        int tag, MPI_Comm comm, MPI_Request *req);
 /* After MPI_Test* or MPI_Wait reported *req (from this file) complete with
