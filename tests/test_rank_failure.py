@@ -10,6 +10,9 @@
 * Partial collectives (the default, ``on_failure="continue"``): the
   survivors carry on and finish, and every survivor's contributions are
   delivered to every survivor exactly once.
+* A send still in flight when its communicator is revoked does not end
+  the job when its message arrives late (Open MPI's ``Send error after
+  request freed``).
 
 The survivors leave with os._exit (see the scripts).  Runs where mpiexec
 is Open MPI's (the Open MPI stage of tests/run.sh); MPICH has no such mode

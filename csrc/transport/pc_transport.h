@@ -142,10 +142,10 @@ int pc_transport_failed_ranks(MPI_Comm comm, int *out, int max);
  * Otherwise: MPI_Isend and MPI_Irecv. */
 int pc_transport_isend(const void *buf, int count, MPI_Datatype dt, int peer,
                        int tag, MPI_Comm comm, MPI_Request *req);
-/* After MPI_Test* or MPI_Wait reported *req (from this file) complete with
- * MPI error err: frees it if it is persistent and ended well.  Returns 1
- * when it ended in error under the extensions (keep its buffer for ever),
- * else 0. */
+/* After MPI_Test* or MPI_Wait reported *req complete with MPI error err
+ * (a request of the MPI transport or of pc_transport_isend): frees it if
+ * it is persistent and ended well.  Returns 1 when it ended in error
+ * while the extensions are in use (keep its buffer for ever), else 0. */
 int pc_transport_request_done(MPI_Request *req, int err);
 
 #endif

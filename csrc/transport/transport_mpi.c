@@ -95,8 +95,8 @@ static int grow(mpi_tp *t)
 /* 1 when the extensions are in use: Open MPI started with --with-ft ulfm,
  * which mpiexec passes on as OMPI_MCA_mpi_ft_enable (the Python side reads
  * the same).  Without them a failure ends the job, and the persistent
- * requests would only cost time (a third more per small allreduce at 4
- * ranks here). */
+ * requests would only cost time (about 5 us more per 8-byte allreduce at
+ * 4 ranks here). */
 static int ft_in_use(void)
 {
     static atomic_int on = -1;
