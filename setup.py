@@ -71,7 +71,7 @@ CORE = {
     "common": ["common.c", "trace.c"],
     "transport": ["transport_mpi.c", "netem.c", "netem_send.c",
                   "netem_shm.c", "netem_model.c", "netem_config.c"],
-    "sched": ["build.c", "sched.c", "types.c", "device.c"],
+    "sched": ["build.c", "callbacks.c", "sched.c", "types.c", "device.c"],
     "engine": ["engine.c", "wait.c", "round.c", "inflight.c", "wire.c",
                "ctrl.c", "timers.c"],
     "python": ["module.c", "pycapi.c", "pysched.c", "pysync.c",
@@ -109,9 +109,9 @@ linkops = Extension(
 # of the executor's headers (rounds.py has the same protocol in Python)
 calls = Extension(
     "partialcoll.collectives.partial._calls",
-    sources=["csrc/partial/calls.c"],
+    sources=["csrc/partial/calls.c", "csrc/partial/book.c"],
     include_dirs=["csrc"],
-    depends=["csrc/capi/pc_capi.h"],
+    depends=["csrc/capi/pc_capi.h", "csrc/partial/book.h"],
     extra_compile_args=["-O2", "-std=c11", "-Wall"],
 )
 

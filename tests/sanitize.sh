@@ -49,7 +49,8 @@ TESTS="test_core_lifecycle.py test_ops_timed.py test_schedule_unit.py
        test_executor_mpi.py test_network.py test_arrival.py test_partial.py
        test_allreduce.py test_netem_model_unit.py test_schedule_input.py
        test_network_reliable.py test_collective_input.py
-       test_network_alloc_failure.py test_partial_contract.py"
+       test_network_alloc_failure.py test_partial_contract.py
+       test_partial_book.py"
 cd tests
 python -c "import partialcoll._core as c; print('using', c.__file__)"
 status=0

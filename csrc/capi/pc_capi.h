@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define PC_CAPI_NAME "partialcoll._core._C_API"
-#define PC_CAPI_VERSION 2
+#define PC_CAPI_VERSION 3
 
 typedef struct {
     int version;                 /* PC_CAPI_VERSION */
@@ -42,6 +42,13 @@ typedef struct {
     /* dst[0 .. count) = the one element of esize bytes at src (a fill op:
      * Schedule.fill) */
     void (*fill)(void *dst, const void *src, int64_t count, int esize);
+    /* register the function of Schedule.callback(name, ...) ops (see
+     * pc_sched.h, PC_CALLBACK: it runs without the GIL and must not block,
+     * call MPI or touch Python); its id, or -1 with an exception */
+    int (*register_callback)(const char *name,
+                             int (*fn)(void *a, int64_t abytes, void *b,
+                                       int64_t bbytes, int64_t arg,
+                                       char *err, size_t errlen));
 } pc_capi;
 
 #endif

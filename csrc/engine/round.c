@@ -302,6 +302,28 @@ static int start_local(pc_sched *s, int i)
     return PC_OK;
 }
 
+static int start_callback(pc_sched *s, int i)
+{
+    pc_op *op = &s->ops[i];
+    char err[256] = "";
+    if (recv_input_failed(s, op)) {
+        pc_round_complete(s, i, PC_OC_SKIPPED);
+        return PC_OK;
+    }
+    pc_callback_fn fn = pc_sched_callback(op->redop);   /* checked built */
+    if (fn(pc_addr(s, op->aslot, op->aoff),
+           op->count * pc_dtypes[op->dtype].size,
+           pc_addr(s, op->bslot, op->boff), op->bbytes, op->arg, err,
+           sizeof err) != 0) {
+        pc_sched_set_error(s, PC_EINVAL, "op %d (callback) in round %llu: "
+                           "%s", i, (unsigned long long)s->round,
+                           err[0] ? err : "failed");
+        return PC_EINVAL;
+    }
+    pc_round_complete(s, i, PC_OC_OK);
+    return PC_OK;
+}
+
 static int start_timed(pc_sched *s, int i)
 {
     pc_op *op = &s->ops[i];
@@ -348,6 +370,8 @@ static int start(pc_sched *s, int i)
     case PC_COPY:
     case PC_SCALE:
         return start_local(s, i);
+    case PC_CALLBACK:
+        return start_callback(s, i);
     case PC_DELAY:
     case PC_START_AT:
         return start_timed(s, i);

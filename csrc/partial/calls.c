@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "capi/pc_capi.h"
+#include "partial/book.h"
 
 static pc_capi *api;
 
@@ -306,10 +307,30 @@ PyMODINIT_FUNC PyInit__calls(void)
                         "another version");
         return NULL;
     }
+    if (pc_book_register(api) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m || PyType_Ready(&CallsType) < 0)
         return NULL;
     Py_INCREF(&CallsType);
     PyModule_AddObject(m, "Calls", (PyObject *)&CallsType);
+    PyObject *fields = PyTuple_New(0);
+    for (int f = 0; fields && pc_book_fields[f]; f++) {
+        PyObject *name = PyUnicode_FromString(pc_book_fields[f]);
+        if (!name || _PyTuple_Resize(&fields, f + 1) < 0) {
+            Py_XDECREF(name);
+            Py_CLEAR(fields);
+            break;
+        }
+        PyTuple_SET_ITEM(fields, f, name);
+    }
+    int rc = fields ? PyModule_AddObjectRef(m, "BOOK_FIELDS", fields) : -1;
+    Py_XDECREF(fields);
+    if (rc < 0 ||
+        PyModule_AddStringConstant(m, "SNAPSHOT", PC_BOOK_SNAPSHOT) < 0 ||
+        PyModule_AddStringConstant(m, "ACCOUNT", PC_BOOK_ACCOUNT) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

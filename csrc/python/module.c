@@ -259,7 +259,8 @@ static const struct { const char *name; long value; } constants[] = {
     K(D_BSLOT), K(D_BOFF), K(D_COUNT), K(D_DTYPE), K(D_REDOP), K(D_PEER),
     K(D_TAG), K(D_PRIO), K(D_NDEPS), K(D_DEPOFF), K(D_NEED), K(D_TIMEOUT),
     K(D_TCLASS), K(D_ORDER), K(D_VALUE), K(D_PSLOT), K(D_POFF), K(D_REF),
-    K(D_ADD), K(D_PRSLOT), K(D_PROFF),
+    K(D_ADD), K(D_PRSLOT), K(D_PROFF), K(D_BBYTES), K(D_ARG),
+    K(MAX_CALLBACKS),
     K(EINVAL), K(EBUSY), K(EMPI), K(ETIMEOUT), K(ENOMEM), K(EFREED),
     K(ETHREAD), K(EDEVICE), K(EFAILED),
     K(EV_READY), K(EV_START), K(EV_COMPLETE), K(EV_GATED), K(EV_RELEASED),
@@ -342,6 +343,18 @@ fail:
     return NULL;
 }
 
+static PyObject *mod_callback_id(PyObject *m, PyObject *name)
+{
+    (void)m;
+    const char *n = PyUnicode_AsUTF8(name);
+    if (!n)
+        return NULL;
+    int id = pc_sched_callback_id(n);
+    if (id < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLong(id);
+}
+
 static PyMethodDef mod_methods[] = {
     {"set_exceptions", pc_set_exceptions, METH_O, "map codes to classes"},
     {"shutdown", mod_shutdown, METH_VARARGS,
@@ -373,6 +386,8 @@ static PyMethodDef mod_methods[] = {
     {"timeline_take", mod_timeline_take, METH_NOARGS,
      "the recorded events (cleared)"},
     {"constants", mod_constants, METH_NOARGS, "constants of the C core"},
+    {"callback_id", mod_callback_id, METH_O,
+     "callback_id(name) -> the id of a registered native callback, or None"},
     {"cuda_context", mod_cuda_context, METH_NOARGS,
      "the calling thread's current CUcontext (loads libcuda.so.1)"},
     {"mpi_cuda_aware", mod_mpi_cuda_aware, METH_NOARGS,

@@ -54,8 +54,19 @@ static int capi_wait(PyObject *obj, uint64_t upto, double timeout)
     return pc_py_wait_upto((SchedObject *)obj, upto, timeout, NULL);
 }
 
+static int capi_register_callback(const char *name, pc_callback_fn fn)
+{
+    int id = pc_sched_register_callback(name, fn);
+    if (id < 0)
+        pc_raise(PC_EINVAL, "cannot register a callback under this name (the "
+                 "name is another function's, too long, or the table of "
+                 "callbacks is full)");
+    return id;
+}
+
 static pc_capi api = {PC_CAPI_VERSION, capi_check, capi_lock, capi_unlock,
-                      capi_reduce, capi_fire, capi_wait, pc_fill};
+                      capi_reduce, capi_fire, capi_wait, pc_fill,
+                      capi_register_callback};
 
 int pc_py_add_capi(PyObject *module)
 {

@@ -20,13 +20,13 @@ static _Atomic uint64_t next_serial = 1;
 static int uses_a(int kind)
 {
     return kind == PC_SEND || kind == PC_RECV || kind == PC_REDUCE ||
-           kind == PC_COPY || kind == PC_SCALE;
+           kind == PC_COPY || kind == PC_SCALE || kind == PC_CALLBACK;
 }
 
 static int writes_a(int kind)
 {
     return kind == PC_RECV || kind == PC_REDUCE || kind == PC_COPY ||
-           kind == PC_SCALE;
+           kind == PC_SCALE || kind == PC_CALLBACK;
 }
 
 static int takes_param(int kind)
@@ -88,6 +88,10 @@ static void fill_op(pc_op *op, const int64_t *d)
     op->add = (int)d[PC_D_ADD];
     op->prslot = (int)d[PC_D_PRSLOT];
     op->proff = d[PC_D_PROFF];
+    if (op->kind == PC_CALLBACK) {   /* in fields the kind has no use for */
+        op->bbytes = d[PC_D_BBYTES];
+        op->arg = d[PC_D_ARG];
+    }
     op->req = -1;
 }
 
@@ -97,9 +101,9 @@ static int check_kind_deps(pc_op *op, int i, const int64_t *d, int64_t ndeps,
 {
     if (op->kind < 0 || op->kind >= PC_NKINDS)
         return reject(err, errlen, "op %d: unknown kind %d", i, op->kind);
-    if (op->kind == PC_CALLBACK)
-        return reject(err, errlen, "op %d: callback ops are not supported "
-                      "yet", i);
+    if (op->kind == PC_CALLBACK && !pc_sched_callback(op->redop))
+        return reject(err, errlen, "op %d: no callback is registered with "
+                      "id %d", i, op->redop);
     if (op->mode == PC_ALL)
         op->need = op->ndeps;
     else if (op->mode == PC_ANY)
@@ -122,9 +126,10 @@ static int check_kind_deps(pc_op *op, int i, const int64_t *d, int64_t ndeps,
 static int check_flags(const pc_op *op, int i, char *err, size_t errlen)
 {
     if ((op->flags & PC_F_LOCKED) && op->kind != PC_NOP &&
-        op->kind != PC_REDUCE && op->kind != PC_COPY && op->kind != PC_SCALE)
-        return reject(err, errlen, "op %d: only nop, reduce, copy and scale "
-                      "can be locked", i);
+        op->kind != PC_REDUCE && op->kind != PC_COPY &&
+        op->kind != PC_SCALE && op->kind != PC_CALLBACK)
+        return reject(err, errlen, "op %d: only nop, reduce, copy, scale and "
+                      "callback can be locked", i);
     if ((op->flags & PC_F_FILL) && op->kind != PC_COPY)
         return reject(err, errlen, "op %d: only a copy can fill", i);
     if (op->kind == PC_TRIGGER && op->ndeps)
@@ -170,10 +175,14 @@ static int check_buffers_of(const pc_sched *s, const pc_op *op, int i,
             return reject(err, errlen, "op %d: buffer slot %d out of range",
                           i, op->aslot);
     }
-    if ((op->kind == PC_REDUCE || op->kind == PC_COPY) &&
+    if ((op->kind == PC_REDUCE || op->kind == PC_COPY ||
+         op->kind == PC_CALLBACK) &&
         (op->bslot < 0 || op->bslot >= nslots || op->boff < 0))
         return reject(err, errlen, "op %d: source slot %d out of range", i,
                       op->bslot);
+    if (op->kind == PC_CALLBACK && op->bbytes < 0)
+        return reject(err, errlen, "op %d: a callback's second buffer of "
+                      "%lld bytes", i, (long long)op->bbytes);
     if (op->kind == PC_REDUCE && !pc_redop_valid(op->redop, op->dtype))
         return reject(err, errlen, "op %d: reduction %s is not defined for "
                       "%s", i, op->redop >= 0 && op->redop < PC_NREDOPS
@@ -544,6 +553,19 @@ static int check_op_buffers(pc_sched *s, int i, char *err, size_t errlen)
             return rc;
         if (a->space == PC_DEVICE || s->slots[op->bslot].space == PC_DEVICE)
             return reject(err, errlen, "op %d: a fill needs host memory", i);
+        return PC_OK;
+    }
+    if (op->kind == PC_CALLBACK) {
+        if ((rc = check_slot(s, i, op->bslot, op->boff, op->bbytes,
+                             "second", err, errlen)) != PC_OK)
+            return rc;
+        pc_slot *b = &s->slots[op->bslot];
+        if (a->space != PC_HOST || b->space != PC_HOST)
+            return reject(err, errlen, "op %d: a callback takes host memory "
+                          "only", i);
+        if (!b->writable)
+            return reject(err, errlen, "op %d: slot %d is read-only but a "
+                          "callback may write to it", i, op->bslot);
         return PC_OK;
     }
     if (op->kind == PC_REDUCE || op->kind == PC_COPY)

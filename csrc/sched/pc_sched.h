@@ -31,7 +31,14 @@
  *   GATE      becomes ready by its dependencies, completes only when the
  *             application opens it (pc_engine_open_gate); the application
  *             learns of ready gates without polling (pc_engine_wait_gate).
- *   CALLBACK  reserved (a Python callable); rejected today.
+ *   CALLBACK  calls a native function registered with the executor
+ *             (pc_sched_register_callback, by name; never Python: no GIL)
+ *             with its two buffers, a (count elements of dtype, from aoff)
+ *             and b (bbytes bytes from boff), and an int64 argument.  The
+ *             function may write both; it is the schedule's, once per
+ *             round, like a REDUCE (LOCKED allowed, host memory only, does
+ *             nothing when a direct RECV input was not delivered).  A
+ *             collective folds many small locked steps into one this way.
  *
  * Outcomes
  *   Every op of a round ends with an outcome.  A RECV ends DELIVERED (OK),
@@ -157,7 +164,18 @@ enum { PC_D_KIND, PC_D_MODE, PC_D_FLAGS, PC_D_ASLOT, PC_D_AOFF, PC_D_BSLOT,
        PC_D_BOFF, PC_D_COUNT, PC_D_DTYPE, PC_D_REDOP, PC_D_PEER, PC_D_TAG,
        PC_D_PRIO, PC_D_NDEPS, PC_D_DEPOFF, PC_D_NEED, PC_D_TIMEOUT,
        PC_D_TCLASS, PC_D_ORDER, PC_D_VALUE, PC_D_PSLOT, PC_D_POFF, PC_D_REF,
-       PC_D_ADD, PC_D_PRSLOT, PC_D_PROFF, PC_DESC_LEN };
+       PC_D_ADD, PC_D_PRSLOT, PC_D_PROFF, PC_D_BBYTES, PC_D_ARG,
+       PC_DESC_LEN };
+
+/* A CALLBACK op's function: a and b its buffers (abytes, bbytes long), arg
+ * its argument.  Returns 0, or nonzero with a message in err (the
+ * schedule then fails with it).  Called with the progress lock held (and
+ * the data lock for a LOCKED op), on whichever thread drives progress: it
+ * must not block, call MPI or touch Python. */
+typedef int (*pc_callback_fn)(void *a, int64_t abytes, void *b,
+                              int64_t bbytes, int64_t arg, char *err,
+                              size_t errlen);
+#define PC_MAX_CALLBACKS 32
 
 extern const char *const pc_kind_names[PC_NKINDS];
 
@@ -178,10 +196,17 @@ typedef struct pc_op {
     int ndeps, nsucc, need;   /* need: inputs that fire it (ALL: ndeps) */
     int *succ, *pred;         /* into sched->succ / sched->pred */
     int64_t timeout_ns;       /* RECV deadline after ready; -1 none */
-    int64_t value_ns;         /* DELAY length / START_AT time */
+    union {
+        int64_t value_ns;     /* DELAY length / START_AT time */
+        int64_t arg;          /* CALLBACK: its argument */
+    };
     int64_t order;            /* counter-gate position; -1 none */
     int pslot;                /* parameter slot (-1: use the constants) */
-    int64_t poff;
+    union {
+        int64_t poff;
+        int64_t bbytes;       /* CALLBACK (no parameter slot): its second
+                                 buffer's bytes */
+    };
     int prslot;               /* slot `prio` is read from when ready (-1:
                                  the constant) */
     int64_t proff;
@@ -289,6 +314,16 @@ int pc_sched_create(const int64_t *desc, int nops, const int64_t *deps,
                     int64_t ndeps, int nslots, MPI_Comm comm, int persistent,
                     uint64_t stamp_id, pc_sched **out, char *err,
                     size_t errlen);
+/* Register a CALLBACK op's function under `name` (at most
+ * PC_MAX_CALLBACKS names; registering a name again replaces nothing and
+ * returns its id if fn is the same).  Returns its id, or -1: the table is
+ * full, or the name is taken by another function. */
+int pc_sched_register_callback(const char *name, pc_callback_fn fn);
+/* the id of a registered callback, or -1 */
+int pc_sched_callback_id(const char *name);
+/* the function registered with id `id`, or NULL (no lock: the engine
+ * calls it for every CALLBACK op it runs) */
+pc_callback_fn pc_sched_callback(int id);
 /* Called before each post: every op's byte range must lie in its slot. */
 int pc_sched_check_buffers(pc_sched *s, char *err, size_t errlen);
 /* the stamped receive from `peer` with `tag`, or -1 */

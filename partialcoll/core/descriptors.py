@@ -55,6 +55,10 @@ def pack(ops):
             row[_C["D_PROFF"]] = prio.start * prio.slot.dtype.itemsize
         row[_C["D_REF"]] = o.get("ref", -1)
         row[_C["D_ADD"]] = o.get("add", 0)
+        if "callback" in o:
+            row[_C["D_REDOP"]] = o["callback"]
+            row[_C["D_BBYTES"]] = b.count * b.slot.dtype.itemsize
+            row[_C["D_ARG"]] = o["arg"]
         deps.extend(o["deps"])
     return desc.tobytes(), np.asarray(deps, dtype=np.int64).tobytes()
 

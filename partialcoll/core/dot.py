@@ -1,7 +1,8 @@
 """Graphviz DOT export of a schedule's ops (Schedule.to_dot)."""
 
 COLORS = {"send": "lightblue", "recv": "palegreen", "reduce": "orange",
-          "copy": "orange", "scale": "orange", "nop": "white",
+          "copy": "orange", "scale": "orange", "callback": "orange",
+          "nop": "white",
           "trigger": "gold", "fence": "plum", "delay": "lightpink",
           "start_at": "lightpink", "gate": "khaki"}
 
@@ -17,6 +18,8 @@ def _label(i, o, kind):
             label += f"\\norder {o.get('param') or o['order']}"
     elif kind in ("reduce", "copy"):
         label += f" {o['op'].name if o['op'] else ''}\\n{o['a']} <- {o['b']}"
+    elif kind == "callback":
+        label += f" {o['name']}\\n{o['a']}, {o['b']}, {o['arg']}"
     elif kind == "scale":
         label += f"\\n{o['a']} / (delivered of {o['ref']} + {o['add']})"
     elif kind in ("delay", "start_at"):

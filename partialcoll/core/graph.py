@@ -157,10 +157,10 @@ class GraphBuilder:
             mode = ATLEAST
         elif mode not in (ALL, ANY):
             raise ScheduleError("mode must be partialcoll.ALL or partialcoll.ANY")
-        if a is not None and b is not None and a.count != b.count and \
-                not extra.get("fill"):
+        same = a is not None and b is not None and kind != _C["CALLBACK"]
+        if same and a.count != b.count and not extra.get("fill"):
             raise ScheduleError(f"{a} and {b} have different lengths")
-        if a is not None and b is not None and a.slot.dtype != b.slot.dtype:
+        if same and a.slot.dtype != b.slot.dtype:
             raise ScheduleError(f"{a} and {b} have different dtypes")
         if kind == _C["REDUCE"] and a.slot.space != b.slot.space:
             raise ScheduleError(f"a reduction cannot mix host and device "
@@ -405,6 +405,38 @@ class GraphBuilder:
                                 f"{value})")
         return self._add(_C["COPY"], after, mode, optional, a=dst, b=value,
                          need=need, locked=locked, fill=True)
+
+    def callback(self, name: str, a: Operand, b: Operand, arg: int = 0, *,
+                 after: After = (), mode: int = ALL, optional: bool = False,
+                 need: int | None = None, locked: bool = False) -> int:
+        """A native function called once per round with ``a``, ``b`` (host
+        buffers, slots or ranges of slots, of any dtypes and lengths; it
+        may write both) and the int ``arg``.  ``name`` is the name a C
+        extension registered the function under, through the executor's
+        C API (``register_callback``): a Python callable cannot be one,
+        since the progress thread never holds the GIL.  A collective
+        folds many small steps into one op this way (the partial
+        collectives' bookkeeping).  Like a reduce, it may be ``locked``
+        and does nothing when a direct receive input was not delivered;
+        an error it returns fails the schedule with its message."""
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"a callback's name must be a str, not "
+                                    f"{type(name).__name__}")
+        cid = _core.callback_id(name)
+        if cid is None:
+            raise ScheduleError(f"no native callback is registered as "
+                                f"{name!r}")
+        a, b = as_ref(a), as_ref(b)
+        for ref in (a, b):
+            if ref.slot.space != HOST:
+                raise ScheduleError(f"a callback takes host buffers, not "
+                                    f"{ref}")
+            if not ref.slot.writable:
+                raise ScheduleError(f"a callback may write {ref}, which is "
+                                    f"read-only")
+        return self._add(_C["CALLBACK"], after, mode, optional, a=a, b=b,
+                         need=need, locked=locked, callback=cid, name=name,
+                         arg=whole(arg, "arg", -2**63, 2**63 - 1))
 
     def fence(self, after: After = (), mode: int = ALL,
               optional: bool = False) -> int:

@@ -16,10 +16,12 @@ application triggers) executed in *rounds* by the C progress thread; see
   fires round ``r`` and is discarded if that round is already past.
 * ``stamped=True`` messages carry the round number: a late one (its round is
   over) is discarded, an early one is kept for its round.
-* ``locked=True`` (nop, reduce, copy) runs under the schedule's data lock, a
-  chain of such ops inside one hold; ``with sched.data_lock():`` takes the
-  same lock, so the application can deposit into or read from buffers the
-  schedule touches while it runs.
+* ``callback(name, a, b, arg)`` calls a C function an extension registered
+  (never Python: the progress thread does not hold the GIL), once a round.
+* ``locked=True`` (nop, reduce, copy, scale, callback) runs under the
+  schedule's data lock, a chain of such ops inside one hold; ``with
+  sched.data_lock():`` takes the same lock, so the application can
+  deposit into or read from buffers the schedule touches while it runs.
 * Device buffers (CuPy arrays): reduce and copy ops on them run on the GPU,
   on the schedule's own stream, which waits for the caller's stream at every
   post.  Sends and receives of device memory go to a CUDA-aware MPI

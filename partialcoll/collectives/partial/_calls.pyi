@@ -1,7 +1,14 @@
 # The C extension partialcoll.collectives.partial._calls (csrc/partial/):
 # a partial allreduce's blocking call, the protocol of rounds.py on the
-# object's own buffers; blocking.py makes and calls it.
+# object's own buffers; blocking.py makes and calls it.  Importing it
+# registers the round's two bookkeeping callbacks (book.c) with the
+# executor, under the names SNAPSHOT and ACCOUNT.
 from typing import Any
+
+#: the book's fields in its order (schedule.META)
+BOOK_FIELDS: tuple[str, ...]
+SNAPSHOT: str
+ACCOUNT: str
 
 class Calls:
     seq: int

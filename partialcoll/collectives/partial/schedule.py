@@ -48,7 +48,8 @@ round is one message each way (:func:`_build_eager`).
   flags [fresh, flush, bypass, late_0 .. late_P-1, mark_0 .. mark_P-1]
   -> meta (then reset: late is 1 in this rank's own slot unless
   it is inside a synchronous round; a flush or bypass mark sets every
-  mark_i), deposit sequence number -> round_seq, snapshots += 1.
+  mark_i), deposit sequence number -> round_seq, snapshots += 1 (the
+  flags and numbers in one callback op, ``partial.snapshot``).
 * meta (flags) allreduce (SUM of 3 + 2P int64): [ranks with fresh data,
   ranks whose synchronous round started this round (flush marks), ranks
   that started it while someone was flushing (bypass marks), then per
@@ -63,7 +64,14 @@ round is one message each way (:func:`_build_eager`).
   marks, last_bypass <- bypass marks, flush_total += flush marks; the
   straggler counters count plain rounds only (no mark: plain <- 1 LXOR
   marks, late <- late * plain): late_total += late, lag <- (lag + late) *
-  late (consecutive rounds late), lag_total += lag, stat_rounds += plain.
+  late (consecutive rounds late), lag_total += lag, stat_rounds += plain
+  (all but the data in one callback op, ``partial.account``).
+
+The bookkeeping fields are views of one int64 array, the book
+(:func:`meta_buffers`), which the two callbacks (``csrc/partial/book.c``,
+registered by :mod:`._calls`) take whole: each replaces a chain of
+locked copies and reductions of one or P elements, five and sixteen ops
+a round.
 """
 import numpy as np
 
@@ -74,8 +82,9 @@ from ...core.schedule import Schedule
 from ..algorithm import choose_algorithm, tmp_size
 from ..builders import BUILDERS, build_recursive_doubling
 from ..context import BuildContext
+from . import _calls
 
-SUM, LXOR, PROD = OPS["SUM"], OPS["LXOR"], OPS["PROD"]
+SUM = OPS["SUM"]
 #: the int64 buffers of an object's bookkeeping (see the module docstring)
 META = ("flag", "reset", "one", "meta_send", "dep_seq",
         "round_seq", "acc_seq", "acc_rounds", "last_active", "snaps",
@@ -112,9 +121,16 @@ def tag_block_size(P):
 
 def meta_buffers(P, rank):
     """The bookkeeping buffers of an object at ``rank`` of P (see
-    :data:`META`), initialised: this rank is late until it deposits."""
-    meta = {k: np.zeros(3 + 2 * P if k in FLAGS else
-                        P if k in PER_RANK else 1, np.int64) for k in META}
+    :data:`META`), initialised: this rank is late until it deposits.  They
+    are views of one int64 array, ``meta["book"]``, in :data:`META`'s
+    order: the round's bookkeeping ops are two native callbacks on it
+    (``csrc/partial/book.c``)."""
+    sizes = [3 + 2 * P if k in FLAGS else P if k in PER_RANK else 1
+             for k in META]
+    book = np.zeros(sum(sizes), np.int64)
+    ends = np.cumsum(sizes)
+    meta = {k: book[e - n:e] for k, n, e in zip(META, sizes, ends)}
+    meta["book"] = book
     meta["one"][0] = 1
     meta["ones"][...] = 1
     for k in ("flag", "reset"):
@@ -276,7 +292,7 @@ def build(spec):
                                   name="meta_recv")
         b["meta_tmp"] = s.buffer(np.zeros(3 + 2 * P, np.int64),
                                  name="meta_tmp")
-    snap = _snapshot(s, b, act.done, inplace, mem is HOST)
+    snap = _snapshot(s, b, act.done, inplace, mem is HOST, P)
     first = len(s)
     send, meta_send = (None, None) if inplace else (b["send"],
                                                     b["meta_send"])
@@ -318,7 +334,7 @@ def _build_eager(s, spec, b, wire, tags):
     tag = tags["activation"]
     heard = s.recv(wire[1], peer, tag=tag, stamped=True)
     act = spec.activate(s, 2, spec.rank, tags, heard=[heard])
-    snap = _snapshot(s, b, act.done, True, True)
+    snap = _snapshot(s, b, act.done, True, True, 2)
     sent = s.send(wire[0], peer, tag=tag, stamped=True, after=[snap])
     done = s.nop(after=[s.reduce(b["recv"], b["tmp"], spec.op,
                                  after=[sent, heard]),
@@ -330,8 +346,7 @@ def _build_eager(s, spec, b, wire, tags):
 def _finish(s, spec, b, act, done):
     """The accounting after ``done`` (the exchange), then the schedule
     committed; returns (schedule, :class:`Activation`)."""
-    c = _accumulate(s, b, spec.op, done)
-    _count_stragglers(s, b, spec.size, c)
+    _accumulate(s, b, spec.op, done, spec.size)
     s.commit()
     return s, act
 
@@ -345,27 +360,27 @@ def _packed(n, dtype, m):
     return packed[:nbytes].view(dtype), packed[off:].view(np.int64), packed
 
 
-def _snapshot(s, b, act, inplace, host):
+def _snapshot(s, b, act, inplace, host, P):
     """Under the lock: take the deposits and flags for this round (into
     ``send`` and ``meta_send``, or ``inplace`` into the exchange's receive
     buffers), reset them for the next (pending: filled with the one
-    element of ``identity`` in host memory, else copied from it)."""
+    element of ``identity`` in host memory, else copied from it); the
+    flags and sequence numbers in one callback (``partial.snapshot``)."""
     data, meta = ("recv", "meta_recv") if inplace else ("send", "meta_send")
     c = s.copy(b[data], b["pending"], after=[act], locked=True)
     reset = s.fill if host else s.copy
     c = reset(b["pending"], b["identity"], after=[c], locked=True)
-    c = s.copy(b[meta], b["flag"], after=[c], locked=True)
-    c = s.copy(b["flag"], b["reset"], after=[c], locked=True)
-    c = s.copy(b["prev_seq"], b["round_seq"], after=[c], locked=True)
-    c = s.copy(b["round_seq"], b["dep_seq"], after=[c], locked=True)
-    return s.reduce(b["snaps"], b["one"], SUM, after=[c], locked=True)
+    return s.callback(_calls.SNAPSHOT, b[meta], b["book"], P, after=[c],
+                      locked=True)
 
 
-def _accumulate(s, b, op, done):
+def _accumulate(s, b, op, done, P):
     """Under the lock: the round's result into ``acc`` (catch-up) or in
     place of it (latest only, the one it replaces into ``skipped``), kept
-    in ``last`` too where there is one, and the round's bookkeeping from
-    the meta sums."""
+    in ``last`` too where there is one; then the round's bookkeeping from
+    the meta sums and the straggler counters (the same on every rank:
+    from the meta sums, over plain rounds only, with no flush or bypass
+    mark) in one callback (``partial.account``)."""
     if "last" in b:
         done = s.copy(b["last"], b["recv"], after=[done], locked=True)
     if "skipped" not in b:
@@ -373,28 +388,5 @@ def _accumulate(s, b, op, done):
     else:
         c = s.reduce(b["skipped"], b["acc"], op, after=[done], locked=True)
         c = s.copy(b["acc"], b["recv"], after=[c], locked=True)
-    c = s.reduce(b["acc_rounds"], b["one"], SUM, after=[c], locked=True)
-    c = s.copy(b["acc_seq"], b["round_seq"], after=[c], locked=True)
-    # this round holds the deposits numbered (prev_seq, round_seq]
-    c = s.copy(b["acc_lo"], b["prev_seq"], after=[c], locked=True)
-    meta = b["meta_recv"]
-    c = s.copy(b["last_active"], meta[0:1], after=[c], locked=True)
-    c = s.copy(b["last_flush"], meta[1:2], after=[c], locked=True)
-    c = s.copy(b["last_bypass"], meta[2:3], after=[c], locked=True)
-    return s.reduce(b["flush_total"], meta[1:2], SUM, after=[c], locked=True)
-
-
-def _count_stragglers(s, b, P, c):
-    """Under the lock: the straggler counters (the same on every rank:
-    from the meta sums), over plain rounds only (no flush or bypass
-    mark)."""
-    plain, late, meta = b["plain"], b["late"], b["meta_recv"]
-    c = s.copy(plain, b["ones"], after=[c], locked=True)
-    c = s.reduce(plain, meta[3 + P:], LXOR, after=[c], locked=True)
-    c = s.copy(late, meta[3:3 + P], after=[c], locked=True)
-    c = s.reduce(late, plain, PROD, after=[c], locked=True)
-    c = s.reduce(b["late_total"], late, SUM, after=[c], locked=True)
-    c = s.reduce(b["lag"], late, SUM, after=[c], locked=True)
-    c = s.reduce(b["lag"], late, PROD, after=[c], locked=True)
-    c = s.reduce(b["lag_total"], b["lag"], SUM, after=[c], locked=True)
-    s.reduce(b["stat_rounds"], plain[0:1], SUM, after=[c], locked=True)
+    return s.callback(_calls.ACCOUNT, b["book"], b["meta_recv"], P,
+                      after=[c], locked=True)
