@@ -87,7 +87,10 @@ def test_round_breakdown_stages():
         stages = {s: r[f"{s}_us"] for s in breakdown.STAGES}
         assert all(v >= 0 for v in stages.values()), r
         assert stages["exchange"] > 0 and stages["accounting"] > 0, r
-        assert r["ops"] >= 20, r       # the locked bookkeeping alone
+        # at least the activation, the data's copy and reset, the
+        # snapshot's bookkeeping callback, the accumulation and the
+        # accounting's callback
+        assert r["ops"] >= 6, r
         assert 0 <= r["on_caller"] <= r["ops"], r
         if P == 2:             # quorum(1) is activated as solo is
             assert r["x_msgs"] >= 1 and r["act_msgs"] == 0, r
