@@ -15,7 +15,8 @@
  *       round_seq <- dep_seq; snaps += 1
  *   partial.account (a: the book, b: the meta allreduce's result), under
  *   the lock after the data's accumulation:
- *       acc_rounds += 1; acc_seq <- round_seq; acc_lo <- prev_seq;
+ *       acc_rounds += 1; acc_seq <- round_seq; acc_lo <- prev_seq (the
+ *       round holds the deposits numbered (prev_seq, round_seq]);
  *       last_active, last_flush, last_bypass <- m[0], m[1], m[2];
  *       flush_total += m[1];
  *       per rank i: plain = (mark_i == 0), late = late_i * plain,
