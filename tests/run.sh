@@ -94,6 +94,11 @@ trap 'rm -f "$shm_before"; rm -rf "$stages"' EXIT
 show_logs() {
     for log in logs/"$1"/rank*.log; do
         [ -e "$log" ] || continue
+        # the failing test's name (conftest.py's "==== rank r: TEST
+        # FAILED (when) ====" line), often above those last lines
+        grep -a -h -E '^==== rank [0-9]+: .+ FAILED \(' "$log" |
+            sed -E 's/^==== rank ([0-9]+): (.+) FAILED \((.+)\) ====$/FAILED \2 (rank \1, \3)/' ||
+            true
         echo "---- the last 40 lines of tests/$log (kept)"
         tail -n 40 "$log"
         echo

@@ -141,7 +141,7 @@ def test_dropped_and_empty_messages_carry_arrival_times(net):
     """On one FIFO link: an empty message, a lost one (told) and a normal
     one arrive in order, each at the model's time (a lost message still
     uses the wire); only the lost one's data stays away.  Each one's first
-    byte went on the wire when the one before had left it (``t_wire``), so
+    byte went on the wire once the one before had left it (``t_wire``), so
     ``t_arrive - t_wire`` is its own time on the wire plus the latency,
     not its wait in the channel."""
     if P < 2:
@@ -178,7 +178,11 @@ def test_dropped_and_empty_messages_carry_arrival_times(net):
         assert np.all(np.diff(t) >= 8000 / RATE - 1e-6)
         w = out.t_wire[recvs]
         assert first - LATENCY - 1e-6 <= w[0] <= first - LATENCY + SLACK
-        assert w[2] - w[1] == pytest.approx(8000 / RATE, abs=1e-6)
+        # b waited for a to leave the wire (FIFO): it went on no earlier;
+        # exactly then when the sender pushed it before a had left, the
+        # usual case, later when the loaded host preempted the sender
+        # between the two pushes for longer than a's 0.8 ms on the wire
+        assert 8000 / RATE - 1e-6 <= w[2] - w[1] <= 8000 / RATE + SLACK
         assert t - w == pytest.approx(np.array([0, 8000, 8000]) / RATE
                                       + LATENCY, abs=1e-6)
     s.free()
