@@ -6,6 +6,7 @@ import json
 import pathlib
 import tempfile
 
+import numpy as np
 import pytest
 from mpi4py import MPI
 
@@ -80,7 +81,9 @@ def test_round_breakdown_stages():
     for name, r in byname.items():
         assert r["untraced_us"] > 0, r
         if name in ("MPI_Allreduce", "allreduce"):
+            assert np.isnan(r["flush_us"]), r
             continue
+        assert r["flush_us"] > 0, r         # the synchronous round
         # each stage clipped to the call (an activation heard before it
         # began counts from the call on): none negative, the exchange and
         # the locked ops take time

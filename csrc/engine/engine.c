@@ -74,20 +74,6 @@ void pc_engine_init(void)
     pthread_once(&once, init_once);
 }
 
-void pc_engine_timed_wait(pthread_cond_t *cv, double us)    /* mtx held */
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    long ns = (long)(us * 1000.0);
-    ts.tv_sec += ns / 1000000000L;
-    ts.tv_nsec += ns % 1000000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(cv, &pc_engine.mtx, &ts);
-}
-
 static void mark_event(void) { pc_engine.last_event = pc_now(); }
 
 /* the longest pause between two nudges while settling, in us */
@@ -329,6 +315,14 @@ double pc_engine_pause_us(long idle)
 /* set on the progress thread: timeline events say which thread ran them */
 static _Thread_local int on_progress_thread;
 
+/* the thread's timed sleep (mtx held), its length in nap_us meanwhile */
+static void nap(double us)
+{
+    pc_engine.nap_us = us;
+    pc_engine_timed_wait(&pc_engine.cv, us);
+    pc_engine.nap_us = 0;
+}
+
 static void *progress_main(void *arg)
 {
     (void)arg;
@@ -337,7 +331,7 @@ static void *progress_main(void *arg)
     pthread_mutex_lock(&pc_engine.mtx);
     while (!pc_engine.shutdown) {
         if (atomic_load(&pc_engine.drivers) > 0) {   /* a waiter drives: park */
-            pc_engine_timed_wait(&pc_engine.cv, 1000);
+            nap(1000);
             idle = 0;
             continue;
         }
@@ -367,7 +361,7 @@ static void *progress_main(void *arg)
             pc_engine.forever = 0;
             idle = 0;
         } else {
-            pc_engine_timed_wait(&pc_engine.cv, us);
+            nap(us);
         }
     }
     pthread_mutex_unlock(&pc_engine.mtx);
@@ -400,7 +394,10 @@ void pc_engine_settle(double seconds)
     if (!pc_engine.shutdown && start_thread() == PC_OK) {
         atomic_store(&pc_engine.settle_from, now);
         atomic_store(&pc_engine.settle_until, now + seconds);
-        pthread_cond_signal(&pc_engine.cv);
+        /* a thread awake or in a sleep no longer than the idle poll's sees
+         * it soon enough: a wake costs the caller more than the exchange */
+        if (pc_engine.forever || pc_engine.nap_us > pc_engine.idle_max_us)
+            pthread_cond_signal(&pc_engine.cv);
     }
     pthread_mutex_unlock(&pc_engine.mtx);
 }

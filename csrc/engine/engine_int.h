@@ -10,7 +10,8 @@
  *   engine.c    the progress thread: work lists, sweeps and pauses; post,
  *               free, shutdown, the transport's settings
  *   wait.c      the application's thread in the engine: fires, gates and
- *               blocking waits that drive progress themselves
+ *               blocking waits that drive progress themselves; timed
+ *               sleeps on the engine's condition variables
  *   round.c     a schedule's rounds: readiness, starting ops, arming and
  *               finishing rounds, stamped fires
  *   inflight.c  ops in flight: device work, completions, deadlines, the
@@ -44,6 +45,7 @@ typedef struct {
     pthread_t thread;
     int started, shutdown;
     int forever;            /* mtx: the thread sleeps until woken */
+    double nap_us;          /* mtx: the length of its timed sleep (0: none) */
     int recheck;            /* mtx: a waiter left; look again before that */
     _Atomic int drivers;    /* application threads driving progress */
     _Atomic int quiet;                   /* last sweep: nothing outstanding */
@@ -62,7 +64,6 @@ int pc_engine_sweep(void);           /* one sweep; how much happened */
 /* how long to pause after `idle` sweeps without progress, in us (0: just
  * yield; HUGE_VAL: until woken) */
 double pc_engine_pause_us(long idle);
-void pc_engine_timed_wait(pthread_cond_t *cv, double us);   /* mtx held */
 /* a blocked caller's pause between sweeps (no lock held) */
 void pc_engine_driver_pause(long idle, double us);
 /* Sweeps without progress before a waiter starts yielding its core.  A sweep
@@ -76,6 +77,7 @@ void pc_tl_op(int ev, const pc_sched *s, int op, int outcome);
 
 /* wait.c */
 void pc_engine_gate_ready(pc_sched *s, int op);
+void pc_engine_timed_wait(pthread_cond_t *cv, double us);   /* mtx held */
 
 /* ---- the round machinery: round.c and inflight.c */
 enum { OP_IDLE = 0, OP_ACTIVE = 1, OP_DONE = 2 };     /* pc_op.state */

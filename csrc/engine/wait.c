@@ -6,6 +6,22 @@
 
 #include <math.h>
 #include <string.h>
+#include <time.h>
+
+/* ---- sleeping on one of the engine's condition variables */
+void pc_engine_timed_wait(pthread_cond_t *cv, double us)    /* mtx held */
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long ns = (long)(us * 1000.0);
+    ts.tv_sec += ns / 1000000000L;
+    ts.tv_nsec += ns % 1000000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cv, &pc_engine.mtx, &ts);
+}
 
 /* ---- fires and gate openings for a round (fire_mtx; absorbed by the
  * round machinery, round.c) */

@@ -37,6 +37,8 @@ the caller's thread rather than the progress thread, and thread switches
 (consecutive op completions on different threads).  MPI_Allreduce and
 partialcoll's full allreduce on the same message, timed in the same run,
 are the floor (``x_mpi``: the untraced median over MPI_Allreduce's).
+Last, the median synchronous round (``flush()``, each after one call),
+which training loops run every ``sync_every`` steps and at the end.
 """
 import numpy as np
 from mpi4py import MPI
@@ -184,6 +186,7 @@ def _breakdown(kind, x, comm, args, k):
     comm.Barrier()
     untraced.append(_median_call(ar, x, args.iters - args.iters // 2))
     ar.flush()
+    flush = _median_flush(ar, x, max(1, args.iters // 8))
     ar.close()
     rounds = _by_round(timeline.raw())
     timeline.clear()
@@ -191,17 +194,30 @@ def _breakdown(kind, x, comm, args, k):
             for t0, t1, r in calls if r in rounds]
     rows = [r for r in rows if r is not None]
     if not rows:
-        return {"untraced": float(np.mean(untraced))}
+        return {"untraced": float(np.mean(untraced)), "flush": flush}
     # means: the stages of a round add up to its call, and so do their means
     out = {key: float(np.mean([r[key] for r in rows])) for key in rows[0]}
     out["median"] = float(np.median([r["total"] for r in rows]))
     out["untraced"] = float(np.mean(untraced))
+    out["flush"] = flush
     return out
+
+
+def _median_flush(ar, x, n):
+    """The median of ``n`` synchronous rounds (``flush()``), each after
+    one call, in seconds."""
+    lat = []
+    for _ in range(n):
+        ar(x)
+        t0 = pc.now()
+        ar.flush()
+        lat.append(pc.now() - t0)
+    return float(np.median(lat))
 
 
 COLUMNS = ["impl"] + [f"{s}_us" for s in STAGES] + \
     ["total_us", "median_us", "untraced_us", "x_mpi", "ops", "act_msgs",
-     "x_msgs", "on_caller", "switches"]
+     "x_msgs", "on_caller", "switches", "flush_us"]
 LEGEND = {
     "before..after": "the stages (module docstring), mean us per call",
     "total_us": "their sum, the mean traced call",
@@ -211,7 +227,9 @@ LEGEND = {
     "ops, act_msgs, x_msgs": "per round on a rank: ops completed, "
                              "activation and exchange messages sent",
     "on_caller, switches": "ops run on the caller's thread, and changes "
-                           "of thread between consecutive ops"}
+                           "of thread between consecutive ops",
+    "flush_us": "the median synchronous round (flush(), after one call; "
+                "iters / 8 of them)"}
 
 
 def run(args, comm=MPI.COMM_WORLD):
@@ -233,7 +251,7 @@ def run(args, comm=MPI.COMM_WORLD):
                "impl": f"quorum(k={k})" if kind == "quorum" else kind}
         for key in STAGES + ("total",):     # means add up
             row[f"{key}_us"] = _over(every, key, np.mean)
-        for key in ("median", "untraced"):
+        for key in ("median", "untraced", "flush"):
             row[f"{key}_us"] = _over(every, key, np.median)
         for key in ("ops", "act_msgs", "x_msgs", "on_caller", "switches"):
             row[key] = _over(every, key, np.mean, 1.0)

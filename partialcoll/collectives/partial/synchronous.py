@@ -88,7 +88,7 @@ class Synchronous:
         seq = self._deposit(x, fresh=x is not None, bypass=True)[0]
         if sync["seq"] is None:
             sync["seq"] = seq
-        control.arrive(ctl)
+        control.arrive(ctl, then_settle=False)   # the last arrive settles
         sync["last"] = last
         self.fire(self._bypass, last + 1, wake=False)
         self.wait_round(last + 1)
@@ -100,12 +100,15 @@ class Synchronous:
 
     def _meet(self, ctl):
         """Step 3 of a synchronous round: wait until every rank is in it (a
-        non-blocking allreduce of this object's id, waited for with Test()
-        and sleeps; a mismatch means ranks flush different objects: an
-        error on every rank).  Returns M, the largest snapshot count."""
-        ids = np.array([self.id, -self.id], np.int64)
-        seen = np.zeros(2, np.int64)
-        control.wait_for(ctl.Iallreduce(ids, seen, op=MPI.MAX),
+        non-blocking allreduce, MAX, of this object's id, its negation and
+        the rounds this rank has started, waited for with Test() and
+        sleeps; ids that differ mean ranks flush different objects: an
+        error on every rank).  Returns M, the largest snapshot count: each
+        rank's count is read after its step 1, so it is at least that
+        rank's R_e."""
+        mine = np.array([self.id, -self.id, self.started()], np.int64)
+        seen = np.zeros(3, np.int64)
+        control.wait_for(ctl.Iallreduce(mine, seen, op=MPI.MAX),
                          longest=0.001, comm=ctl)
         if seen[0] != -seen[1]:
             raise ScheduleError(f"flush()/close() of different objects at "
@@ -113,7 +116,4 @@ class Synchronous:
                                 f"ids {-seen[1]}..{seen[0]}; this rank: "
                                 f"{self.id}): flush and close in the same "
                                 f"order everywhere")
-        started = np.array([self.started()], np.int64)
-        control.wait_for(ctl.Iallreduce(MPI.IN_PLACE, started, op=MPI.MAX),
-                         longest=0.001, comm=ctl)
-        return int(started[0])
+        return int(seen[2])
