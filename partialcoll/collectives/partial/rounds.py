@@ -320,12 +320,15 @@ class Rounds(Synchronous, Survival, Blocking):
         self.sched.fire(op, round=rnd - self._base, wake=wake)
 
     def wait_round(self, rnd, timeout=None):
-        """Wait until round ``rnd`` completed here."""
-        self.sched.wait(round=rnd - self._base, timeout=timeout)
+        """Wait until round ``rnd`` completed here (at once for a round
+        before the schedule's first: every survivor completed those
+        before the schedule was rebuilt, see :meth:`recover`)."""
+        if rnd >= self._base:
+            self.sched.wait(round=rnd - self._base, timeout=timeout)
 
     def test_round(self, rnd):
         """Whether round ``rnd`` completed here."""
-        return self.sched.test(round=rnd - self._base)
+        return rnd < self._base or self.sched.test(round=rnd - self._base)
 
     def flush(self):
         """Collective: a synchronous round; see the handle's docstring."""
