@@ -14,10 +14,29 @@ from .errors import ScheduleError, agreed_kind, portable
 
 #: seconds the progress thread keeps MPI moving after a control exchange
 SETTLE_S = 0.1
+
+
+def _ranks_on_this_host():
+    """The launcher's count of this job's processes on this host (MPICH's
+    Hydra: MPI_LOCALNRANKS; Open MPI: OMPI_COMM_WORLD_LOCAL_SIZE), or
+    None where it says nothing."""
+    for name in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        try:
+            return int(os.environ[name])
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
 #: seconds a control wait polls (Test, then yield the core) before it
-#: sleeps: a small control collective ends in that time when every rank is
-#: there, even with 8 ranks on 2 cores
-SPIN_S = 500e-6
+#: sleeps, where every rank on this host has a core of its own: a small
+#: control collective ends in that time when every rank is there.  With
+#: more ranks than cores, or a launcher that does not say, it sleeps from
+#: the first test: polling ranks there take the CPU from the ranks they
+#: wait for (a run of the test suite at 5 ranks on 2 cores took twice as
+#: long, its stalls in single tests grown to minutes).
+SPIN_S = 500e-6 if (_ranks_on_this_host() or 1 << 30) <= (
+    os.cpu_count() or 1) else 0.0
 
 
 def settle():
@@ -37,17 +56,18 @@ def settle():
 def wait_for(req, longest=0.002, comm=None):
     """Wait for an mpi4py request with Test(): for ``SPIN_S`` yielding the
     core between tests (a control collective whose ranks are all there
-    ends in that time), then with a sleeping back-off (from 20 us,
-    doubling, up to ``longest`` s): never a busy wait, for control
-    collectives that may wait long for a slow rank.  A sleep costs at
-    least the kernel's timer slack (50 us by default), so sleeping from
-    the first test made every control exchange cost 100 us or more.
+    ends in that time; only where the ranks on this host have a core
+    each), then with a sleeping back-off (from 20 us, doubling, up to
+    ``longest`` s): never a busy wait, for control collectives that may
+    wait long for a slow rank.  A sleep costs at least the kernel's timer
+    slack (50 us by default), so sleeping from the first test makes a
+    control exchange cost 100 us or more even with every rank there.
 
     When MPI says a rank failed (fault-tolerance extensions in use,
     :mod:`.failures`), every library communicator is revoked and
     :class:`~partialcoll.RankFailedError` raised (its ranks those of
     ``comm``, the request's communicator, when given)."""
-    delay, spin_until = 20e-6, time.perf_counter() + SPIN_S
+    delay, spin_until = 20e-6, SPIN_S and time.perf_counter() + SPIN_S
     while True:
         try:
             if req.Test():
