@@ -327,6 +327,26 @@ def test_settle_nudges_mpi_for_a_moment_then_sleeps():
     assert pc.progress_thread_cputime() - c0 < 0.003
 
 
+def test_control_waits_poll_only_with_a_core_per_local_rank(monkeypatch):
+    """Control waits poll before they sleep only where the launcher says
+    this host runs no more ranks than it has CPUs (MPICH's or Open MPI's
+    count); without its word, or with more ranks than CPUs, they sleep."""
+    from partialcoll.core import control
+    for name in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(control.os, "cpu_count", lambda: 4)
+    assert control._polling_seconds() == 0
+    monkeypatch.setenv("MPI_LOCALNRANKS", "4")
+    assert control._polling_seconds() > 0
+    monkeypatch.setenv("MPI_LOCALNRANKS", "5")
+    assert control._polling_seconds() == 0
+    monkeypatch.delenv("MPI_LOCALNRANKS")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2")
+    assert control._polling_seconds() > 0
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "not a number")
+    assert control._polling_seconds() == 0
+
+
 def test_stamped_message_of_another_schedule_is_dropped():
     """Same communicator and tag, different stamp id: never an activation.
     The control channel keeps it for a schedule with that id that may

@@ -28,6 +28,14 @@ def _ranks_on_this_host():
     return None
 
 
+def _polling_seconds():
+    """:data:`SPIN_S` for this process: 0.5 ms where the launcher says
+    this host runs no more of the job's ranks than it has CPUs, else 0."""
+    ranks = _ranks_on_this_host()
+    return 500e-6 if ranks is not None and ranks <= (os.cpu_count() or 1) \
+        else 0.0
+
+
 #: seconds a control wait polls (Test, then yield the core) before it
 #: sleeps, where every rank on this host has a core of its own: a small
 #: control collective ends in that time when every rank is there.  With
@@ -35,8 +43,7 @@ def _ranks_on_this_host():
 #: the first test: polling ranks there take the CPU from the ranks they
 #: wait for (a run of the test suite at 5 ranks on 2 cores took twice as
 #: long, its stalls in single tests grown to minutes).
-SPIN_S = 500e-6 if (_ranks_on_this_host() or 1 << 30) <= (
-    os.cpu_count() or 1) else 0.0
+SPIN_S = _polling_seconds()
 
 
 def settle():
