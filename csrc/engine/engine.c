@@ -22,7 +22,9 @@
  *     sleeps.
  *  5. A blocking wait drives progress itself: the waiting application thread
  *     (GIL released) takes the progress lock and sweeps while the thread
- *     parks, so the latency path has no hand-off between threads.
+ *     parks, so the latency path has no hand-off between threads.  A caller
+ *     that calls again soon after (within HOLD_US) keeps that: until it is
+ *     back the thread leaves the idle receives alone (wait.c, hand_back).
  *  6. Locks: `prog` serialises sweeps (all executor state, the transport,
  *     timers, gates); `mtx` protects the inbox and wake-ups and is held only
  *     to touch them; a schedule's fire_mtx guards its fire and gate lists.
@@ -333,6 +335,11 @@ static void *progress_main(void *arg)
         if (atomic_load(&pc_engine.drivers) > 0) {   /* a waiter drives: park */
             nap(1000);
             idle = 0;
+            continue;
+        }
+        double hold = pc_engine_hold_us();
+        if (hold > 0) {
+            nap(hold);
             continue;
         }
         pc_engine.recheck = 0;

@@ -53,6 +53,13 @@ typedef struct {
     long poll_max_us, idle_max_us;       /* design constraint 4 */
     /* pc_engine_settle: nudge the transport until then (0: not settling) */
     _Atomic double settle_from, settle_until;
+    /* Callers that come back quickly drive their own rounds (wait.c): when
+     * the last driver left, and whether it came back within HOLD_US of the
+     * driver before it; until hold_until (mtx) the thread leaves the idle
+     * receives to them. */
+    _Atomic double left_at;
+    _Atomic int came_back;
+    double hold_until;
 } pc_engine_state;
 
 extern pc_engine_state pc_engine;
@@ -72,12 +79,22 @@ void pc_engine_driver_pause(long idle, double us);
 #ifndef SPIN_SWEEPS
 #define SPIN_SWEEPS 16
 #endif
+/* A caller that calls again within this many microseconds of its last
+ * wait's end drives its own rounds: the thread does not poll the idle
+ * receives for that long after a driver leaves (engine.c, constraint 5).
+ * Longer than a loop's pause between calls here (a sleep(0) takes 60-70 us
+ * of timer slack), far shorter than a skew or a compute step. */
+#ifndef HOLD_US
+#define HOLD_US 200
+#endif
 /* the timeline event of op (-1: the round) of s */
 void pc_tl_op(int ev, const pc_sched *s, int op, int outcome);
 
 /* wait.c */
 void pc_engine_gate_ready(pc_sched *s, int op);
 void pc_engine_timed_wait(pthread_cond_t *cv, double us);   /* mtx held */
+/* the thread's hold after a driver left, in us (0: none); mtx held */
+double pc_engine_hold_us(void);
 
 /* ---- the round machinery: round.c and inflight.c */
 enum { OP_IDLE = 0, OP_ACTIVE = 1, OP_DONE = 2 };     /* pc_op.state */

@@ -155,19 +155,51 @@ static int thread_needed(int forever)
  * than the call itself). */
 static void hand_back(void)
 {
-    int need = 1;
+    int need = 1, idle_recvs = 0;
     pthread_mutex_lock(&pc_engine.mtx);
     int forever = pc_engine.forever;
     pthread_mutex_unlock(&pc_engine.mtx);
     if (pthread_mutex_trylock(&pc_engine.prog) == 0) {
         need = thread_needed(forever);
+        idle_recvs = pc_wire_outstanding() > 0;
         pthread_mutex_unlock(&pc_engine.prog);
     }
+    double now = pc_now();
+    atomic_store(&pc_engine.left_at, now);
     pthread_mutex_lock(&pc_engine.mtx);
     pc_engine.recheck = 1;
+    /* nothing but idle receives left, and a caller that came back quickly
+     * last time: it will likely sweep them itself before the thread would
+     * (the thread taking a round between two calls of a loop made both
+     * ranks' calls slower, and left the caller's data out of the round).
+     * With nothing outstanding at all the thread goes to sleep instead. */
+    pc_engine.hold_until = !need && idle_recvs &&
+        atomic_load(&pc_engine.came_back) ? now + 1e-6 * HOLD_US : 0;
     if (need || pc_engine.inbox || pc_engine.forever != forever)
         pthread_cond_signal(&pc_engine.cv);
     pthread_mutex_unlock(&pc_engine.mtx);
+}
+
+/* How long the thread leaves the idle receives to a caller that will
+ * likely be back (mtx held): 0 once the hold is over, or with work in its
+ * inbox. */
+double pc_engine_hold_us(void)
+{
+    if (pc_engine.hold_until <= 0 || pc_engine.inbox)
+        return 0;
+    double left = pc_engine.hold_until - pc_now();
+    if (left <= 0)
+        pc_engine.hold_until = 0;
+    return left > 0 ? 1e6 * left : 0;
+}
+
+/* The first driver arrives: did it come back within HOLD_US of the last
+ * one's leaving? */
+static void arrive(void)
+{
+    double left = atomic_load(&pc_engine.left_at);
+    atomic_store(&pc_engine.came_back,
+                 left > 0 && pc_now() - left < 1e-6 * HOLD_US);
 }
 
 /* Wait until at least `upto` rounds of s completed.  The caller holds a
@@ -180,7 +212,8 @@ int pc_engine_wait(pc_sched *s, uint64_t upto, double timeout)
     pc_engine_init();
     if (atomic_load_explicit(&s->done, memory_order_acquire) >= upto)
         return atomic_load(&s->error);
-    atomic_fetch_add(&pc_engine.drivers, 1);
+    if (atomic_fetch_add(&pc_engine.drivers, 1) == 0)
+        arrive();
     for (;;) {
         if ((rc = ended(s)) != PC_OK)
             break;
