@@ -203,6 +203,39 @@ def test_majority_waits_for_its_initiator():
     ar.close()
 
 
+@pytest.mark.parametrize("kind", ["majority", "quorum"])
+def test_callers_run_their_part_before_the_round_can_start(kind):
+    """A fresh caller whose call does not start the round (majority's
+    callers other than the drawn rank, quorum's before the k-th arrival)
+    takes its snapshot and sends its part of the exchange at once: the
+    round has started on it (``started``) while it waits for the rank
+    that completes it, which then has only its own data to bring.  (At
+    two ranks quorum's rank 0 waits for its count: its data would
+    activate rank 1.)"""
+    if P < 2:
+        pytest.skip("needs two ranks")
+    from partialcoll.collectives.partial import designated as _designated
+    ar = pc.MajorityAllreduce(np.zeros(4), seed=3) if kind == "majority" \
+        else pc.QuorumAllreduce(np.zeros(4), quorum=P)
+    late = _designated(3, 0, P) if kind == "majority" else P - 1
+    COMM.Barrier()
+    if RANK == late:
+        time.sleep(1.0)
+        res = ar(np.ones(4))
+    else:
+        req = ar.start(np.ones(4))
+        t_end = time.monotonic() + 0.8
+        while ar.started == 0 and time.monotonic() < t_end:
+            time.sleep(0.005)
+        started, done = ar.started, req.test()
+        res = req.wait()
+        if not (kind == "quorum" and P == 2 and RANK == 0):
+            assert started == 1
+        assert not done          # the late rank's call completes it
+    assert res.data[0] == P and res.included
+    ar.close()
+
+
 def test_sync_every_makes_a_full_round():
     ar = pc.SoloAllreduce(np.zeros(2, np.int64), sync_every=4)
     for i, (x, res) in enumerate(skewed_calls(ar, 40, lambda: np.ones(2, np.int64),

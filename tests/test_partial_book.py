@@ -16,7 +16,7 @@ def test_the_book_s_fields_are_those_the_builder_lays_out():
     for P in (1, 2, 5):
         m = schedule.meta_buffers(P, 0)
         book = m["book"]
-        assert book.size == 22 + 12 * P
+        assert book.size == 23 + 12 * P
         at = 0
         for k in schedule.META:        # views of the book, in its order
             assert np.shares_memory(m[k], book)
@@ -153,3 +153,65 @@ def test_the_round_runs_two_callbacks_for_its_bookkeeping():
         assert ar.stats()["rounds"] == 3
     finally:
         ar.close()
+
+
+def _gate_round(book, flags, rank):
+    """One round: the drawn gate after a trigger, a NOP that counts only
+    delivered inputs after it, and a second path (a trigger) into an ANY
+    that also counts only delivered inputs.  Returns the outcomes of the
+    gate, of the NOP after it and of the ANY, and the ANY's delivered
+    inputs."""
+    s = pc.Schedule(MPI.COMM_SELF, persistent=False)
+    t, other = s.trigger(), s.trigger()
+    gate = s.callback(_calls.DRAWN, s.buffer(book), s.buffer(flags), rank,
+                      after=[t])
+    after = s.nop(after=[gate], delivered=True)
+    either = s.nop(after=[gate, other], mode=1, delivered=True)
+    s.post()
+    s.fire(t)
+    s.fire(other)
+    s.wait(0, timeout=5)
+    oc = s.outcomes()
+    s.free()
+    return oc.name(gate), oc.name(after), oc.name(either), \
+        int(oc.delivered[either])
+
+
+@pytest.mark.parametrize("seed", [0, 7, 2**63 + 5])
+def test_the_drawn_gate_declines_on_the_initiator_of_a_plain_round(seed):
+    """partial.drawn (majority's two-rank round) declines where this rank
+    is the round's drawn initiator (the round: the book's snaps) and the
+    peer's flags carry no flush or bypass mark: its op ends skipped, a
+    successor that counts delivered inputs skips, an ANY over it and
+    another input fires on that other alone.  Elsewhere it lets the
+    peer's data through."""
+    from partialcoll.collectives.partial import designated
+    declined = 0
+    for rnd in range(12):
+        for rank in (0, 1):
+            book = schedule.meta_buffers(2, rank, seed)
+            book["snaps"][0] = rnd
+            for mark in (None, 1, 2):
+                flags = np.zeros(7, np.int64)
+                if mark is not None:
+                    flags[mark] = 1
+                drawn = designated(seed, rnd, 2) == rank and mark is None
+                gate, after, either, n = _gate_round(book["book"], flags,
+                                                     rank)
+                assert gate == after == ("skipped" if drawn else "ok")
+                assert either == "ok" and n == (1 if drawn else 2)
+                declined += drawn
+    assert 0 < declined < 24       # both ranks are drawn in some rounds
+
+
+def test_the_drawn_gate_checks_its_buffers():
+    book = schedule.meta_buffers(2, 0)["book"]
+    s = pc.Schedule(MPI.COMM_SELF, persistent=False)
+    t = s.trigger()
+    s.callback(_calls.DRAWN, s.buffer(book), s.buffer(np.zeros(6, np.int64)),
+               0, after=[t])
+    s.post()
+    s.fire(t)
+    with pytest.raises(pc.ScheduleError, match="the drawn gate takes"):
+        s.wait(0, timeout=5)
+    s.free()

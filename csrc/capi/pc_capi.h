@@ -17,7 +17,11 @@
 #include <stdint.h>
 
 #define PC_CAPI_NAME "partialcoll._core._C_API"
-#define PC_CAPI_VERSION 3
+#define PC_CAPI_VERSION 4
+
+/* what a callback returns when it did nothing this round: its op ends
+ * SKIPPED (pc_sched.h's PC_CALLBACK_DECLINE) */
+#define PC_CAPI_DECLINE 1
 
 typedef struct {
     int version;                 /* PC_CAPI_VERSION */
@@ -44,7 +48,8 @@ typedef struct {
     void (*fill)(void *dst, const void *src, int64_t count, int esize);
     /* register the function of Schedule.callback(name, ...) ops (see
      * pc_sched.h, PC_CALLBACK: it runs without the GIL and must not block,
-     * call MPI or touch Python); its id, or -1 with an exception */
+     * call MPI or touch Python; it returns 0, PC_CAPI_DECLINE, or another
+     * value with a message in its err); its id, or -1 with an exception */
     int (*register_callback)(const char *name,
                              int (*fn)(void *a, int64_t abytes, void *b,
                                        int64_t bbytes, int64_t arg,

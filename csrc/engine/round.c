@@ -311,10 +311,15 @@ static int start_callback(pc_sched *s, int i)
         return PC_OK;
     }
     pc_callback_fn fn = pc_sched_callback(op->redop);   /* checked built */
-    if (fn(pc_addr(s, op->aslot, op->aoff),
-           op->count * pc_dtypes[op->dtype].size,
-           pc_addr(s, op->bslot, op->boff), op->bbytes, op->arg, err,
-           sizeof err) != 0) {
+    int rc = fn(pc_addr(s, op->aslot, op->aoff),
+                op->count * pc_dtypes[op->dtype].size,
+                pc_addr(s, op->bslot, op->boff), op->bbytes, op->arg, err,
+                sizeof err);
+    if (rc == PC_CALLBACK_DECLINE) {
+        pc_round_complete(s, i, PC_OC_SKIPPED);
+        return PC_OK;
+    }
+    if (rc != 0) {
         pc_sched_set_error(s, PC_EINVAL, "op %d (callback) in round %llu: "
                            "%s", i, (unsigned long long)s->round,
                            err[0] ? err : "failed");

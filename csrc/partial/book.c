@@ -25,7 +25,22 @@
  *
  * Each was a chain of five and sixteen locked copy and reduce ops of one
  * or P elements: one op each now.  They run on the thread that drives
- * progress, without the GIL. */
+ * progress, without the GIL.
+ *
+ *   partial.drawn (a: the book, b: the flags the peer's data carries, its
+ *   meta: 3 + 2P int64, arg: this rank), after the receive of the peer's
+ *   data in majority's two-rank round, where that data is also the
+ *   activation: declines (the op ends SKIPPED) when this rank is the
+ *   round's drawn initiator (from the book's seed) and the peer's
+ *   round is a plain one, so that only this rank's own call starts the
+ *   round here and the peer's data waits for it.  A round the peer
+ *   started in a synchronous round or while flushing (a flush or bypass
+ *   mark in its flags) is let through: this rank may be waiting in the
+ *   same synchronous round, not calling.  The round is the book's
+ *   snaps: what this rank has snapshotted so far is the round's number
+ *   until its own snapshot of it, and only before that snapshot (before
+ *   the activation) does the gate decide anything; data heard after it
+ *   is a surplus input either way. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -35,15 +50,15 @@
 /* the fields, in the book's order (schedule.py's META) */
 enum { F_FLAG, F_RESET, F_ONE, F_META_SEND, F_DEP_SEQ, F_ROUND_SEQ,
        F_ACC_SEQ, F_ACC_ROUNDS, F_LAST_ACTIVE, F_SNAPS, F_PREV_SEQ,
-       F_ACC_LO, F_LAST_FLUSH, F_LAST_BYPASS, F_FLUSH_TOTAL,
+       F_ACC_LO, F_LAST_FLUSH, F_LAST_BYPASS, F_FLUSH_TOTAL, F_SEED,
        F_STAT_ROUNDS, F_LATE_TOTAL, F_LAG, F_LAG_TOTAL, F_PLAIN, F_LATE,
        F_ONES, NFIELDS };
 
 const char *const pc_book_fields[] = {
     "flag", "reset", "one", "meta_send", "dep_seq", "round_seq", "acc_seq",
     "acc_rounds", "last_active", "snaps", "prev_seq", "acc_lo",
-    "last_flush", "last_bypass", "flush_total", "stat_rounds", "late_total",
-    "lag", "lag_total", "plain", "late", "ones", NULL};
+    "last_flush", "last_bypass", "flush_total", "seed", "stat_rounds",
+    "late_total", "lag", "lag_total", "plain", "late", "ones", NULL};
 
 /* elements of field f at P ranks */
 static int64_t field_len(int f, int64_t P)
@@ -136,10 +151,41 @@ static int account(void *a, int64_t abytes, void *b, int64_t bbytes,
     return 0;
 }
 
+int pc_book_designated(uint64_t seed, uint64_t rnd, int size)
+{
+    uint64_t z = seed * 0x9E3779B97F4A7C15ULL + rnd + 1;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return (int)((z ^ (z >> 31)) % (uint64_t)size);
+}
+
+static int drawn(void *a, int64_t abytes, void *b, int64_t bbytes,
+                 int64_t rank, char *err, size_t errlen)
+{
+    int64_t P = (bbytes / 8 - 3) / 2;       /* the flags: 3 + 2P int64 */
+    if (P < 1 || bbytes != (3 + 2 * P) * 8 || abytes < pc_book_len(P) * 8 ||
+        rank < 0 || rank >= P) {
+        snprintf(err, errlen, "the drawn gate takes a book and the flags "
+                 "of P ranks (3 + 2P int64) and a rank: given %lld and "
+                 "%lld bytes, rank %lld", (long long)abytes,
+                 (long long)bbytes, (long long)rank);
+        return -1;
+    }
+    int64_t off[NFIELDS];
+    const int64_t *book = a, *peer = b;
+    offsets(P, off);
+    if (peer[1] || peer[2])                 /* flush or bypass mark */
+        return 0;
+    int initiator = pc_book_designated((uint64_t)book[off[F_SEED]],
+                                       (uint64_t)book[off[F_SNAPS]], (int)P);
+    return initiator == rank ? PC_CAPI_DECLINE : 0;
+}
+
 int pc_book_register(pc_capi *api)
 {
     if (api->register_callback(PC_BOOK_SNAPSHOT, snapshot) < 0 ||
-        api->register_callback(PC_BOOK_ACCOUNT, account) < 0)
+        api->register_callback(PC_BOOK_ACCOUNT, account) < 0 ||
+        api->register_callback(PC_BOOK_DRAWN, drawn) < 0)
         return -1;
     return 0;
 }

@@ -41,7 +41,8 @@ typedef struct {
     PyObject *sched;           /* the schedule's _core.Sched */
     Py_buffer buf[NBUF];
     int nheld;                 /* buffers held (the first nheld) */
-    int size, rank, kind, marks_bypass, trigger, bypass, dtype, redop;
+    int size, rank, kind, marks_bypass, trigger, bypass, start, dtype,
+        redop;
     int keeps;                 /* identity op x is x (see deposit) */
     uint64_t seed;
     int64_t base, count;
@@ -49,16 +50,6 @@ typedef struct {
 } CallsObject;
 
 #define I64(o, b) ((int64_t *)(o)->buf[b].buf)
-
-/* Majority's initiator of round rnd: splitmix64 of (seed, round), as
- * kinds.designated computes it. */
-static int designated(uint64_t seed, uint64_t rnd, int size)
-{
-    uint64_t z = seed * 0x9E3779B97F4A7C15ULL + rnd + 1;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return (int)((z ^ (z >> 31)) % (uint64_t)size);
-}
 
 static void calls_dealloc(CallsObject *self)
 {
@@ -106,7 +97,7 @@ static int hold_buffers(CallsObject *o, PyObject *bufs, Py_ssize_t itemsize)
 }
 
 /* Calls(sched, buffers, size, rank, kind, marks_bypass, seed, trigger,
- *       bypass, base, count, itemsize, dtype, redop, keeps) */
+ *       bypass, start, base, count, itemsize, dtype, redop, keeps) */
 static int calls_init(CallsObject *self, PyObject *args, PyObject *kw)
 {
     PyObject *sched, *bufs;
@@ -118,11 +109,12 @@ static int calls_init(CallsObject *self, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "Calls is made once");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "OO!iiipKiiLLniip", &sched, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "OO!iiipKiiiLLniip", &sched, &PyTuple_Type,
                           &bufs, &self->size, &self->rank, &self->kind,
                           &self->marks_bypass, &seed, &self->trigger,
-                          &self->bypass, &base, &count, &itemsize,
-                          &self->dtype, &self->redop, &self->keeps) ||
+                          &self->bypass, &self->start, &base, &count,
+                          &itemsize, &self->dtype, &self->redop,
+                          &self->keeps) ||
         api->check(sched) < 0)
         return -1;
     if (self->size < 1 || self->rank < 0 || self->rank >= self->size ||
@@ -179,13 +171,15 @@ static int deposit(CallsObject *o, const void *x, long long observed,
     return rc;
 }
 
-/* Step 2: the arrival of a fresh call (kinds.py's arrive). */
+/* Step 2: the arrival of a fresh call (kinds.py's arrive): majority's
+ * callers other than the drawn one start their own part of the round
+ * (`start`: it activates no one). */
 static int arrive(CallsObject *o, int64_t rnd, int flushing)
 {
     int op = o->trigger;
     if (o->kind == KIND_MAJORITY && !flushing &&
-        designated(o->seed, (uint64_t)rnd, o->size) != o->rank)
-        return 0;
+        pc_book_designated(o->seed, (uint64_t)rnd, o->size) != o->rank)
+        op = o->start;
     if (o->kind == KIND_QUORUM && flushing)
         op = o->bypass;
     return api->fire(o->sched, op, rnd - o->base, 0);
@@ -328,7 +322,8 @@ PyMODINIT_FUNC PyInit__calls(void)
     Py_XDECREF(fields);
     if (rc < 0 ||
         PyModule_AddStringConstant(m, "SNAPSHOT", PC_BOOK_SNAPSHOT) < 0 ||
-        PyModule_AddStringConstant(m, "ACCOUNT", PC_BOOK_ACCOUNT) < 0) {
+        PyModule_AddStringConstant(m, "ACCOUNT", PC_BOOK_ACCOUNT) < 0 ||
+        PyModule_AddStringConstant(m, "DRAWN", PC_BOOK_DRAWN) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -64,6 +64,9 @@ static int capi_register_callback(const char *name, pc_callback_fn fn)
     return id;
 }
 
+_Static_assert(PC_CAPI_DECLINE == PC_CALLBACK_DECLINE,
+               "the C API's decline is the executor's");
+
 static pc_capi api = {PC_CAPI_VERSION, capi_check, capi_lock, capi_unlock,
                       capi_reduce, capi_fire, capi_wait, pc_fill,
                       capi_register_callback};

@@ -37,7 +37,8 @@
  *             and b (bbytes bytes from boff), and an int64 argument.  The
  *             function may write both; it is the schedule's, once per
  *             round, like a REDUCE (LOCKED allowed, host memory only, does
- *             nothing when a direct RECV input was not delivered).  A
+ *             nothing when a direct RECV input was not delivered).  It
+ *             may decline (ends SKIPPED, see pc_callback_fn).  A
  *             collective folds many small locked steps into one this way.
  *
  * Outcomes
@@ -168,13 +169,17 @@ enum { PC_D_KIND, PC_D_MODE, PC_D_FLAGS, PC_D_ASLOT, PC_D_AOFF, PC_D_BSLOT,
        PC_DESC_LEN };
 
 /* A CALLBACK op's function: a and b its buffers (abytes, bbytes long), arg
- * its argument.  Returns 0, or nonzero with a message in err (the
- * schedule then fails with it).  Called with the progress lock held (and
- * the data lock for a LOCKED op), on whichever thread drives progress: it
- * must not block, call MPI or touch Python. */
+ * its argument.  Returns 0 (the op ends OK), PC_CALLBACK_DECLINE (it did
+ * nothing this round: the op ends SKIPPED, so a successor flagged
+ * DELIVERED does not count it; a callback may gate a path this way on
+ * what it reads), or anything else with a message in err (the schedule
+ * then fails with it).  Called with the progress lock held (and the data
+ * lock for a LOCKED op), on whichever thread drives progress: it must not
+ * block, call MPI or touch Python. */
 typedef int (*pc_callback_fn)(void *a, int64_t abytes, void *b,
                               int64_t bbytes, int64_t arg, char *err,
                               size_t errlen);
+#define PC_CALLBACK_DECLINE 1
 #define PC_MAX_CALLBACKS 32
 
 extern const char *const pc_kind_names[PC_NKINDS];

@@ -417,8 +417,12 @@ class GraphBuilder:
         since the progress thread never holds the GIL.  A collective
         folds many small steps into one op this way (the partial
         collectives' bookkeeping).  Like a reduce, it may be ``locked``
-        and does nothing when a direct receive input was not delivered;
-        an error it returns fails the schedule with its message."""
+        and does nothing when a direct receive input was not delivered.
+        It may decline (return ``PC_CAPI_DECLINE``): the op then ends
+        skipped, so a successor made with ``delivered=True`` does not
+        count it (a gate on a path, decided each round from what the
+        function reads); an error it returns fails the schedule with its
+        message."""
         if not isinstance(name, str):
             raise ArgumentTypeError(f"a callback's name must be a str, not "
                                     f"{type(name).__name__}")

@@ -51,7 +51,7 @@ class Blocking:
             tuple(m[k] for k in CALL_META),
             self.size, self.rank, CALL_KINDS[self.kind], self.marks_bypass,
             self.seed & (2**64 - 1), self._trigger, self._bypass,
-            self._base, self._pending.size, dtype.itemsize, code,
+            self._start, self._base, self._pending.size, dtype.itemsize, code,
             self.op.code, not self.op.truth_valued)
 
     def call(self, x):

@@ -4,7 +4,7 @@ drawn for the round) and quorum (k callers' arrivals at rank 0)."""
 import numbers
 
 from ...core.errors import ArgumentTypeError, ScheduleError
-from . import schedule
+from . import _calls, schedule
 from .rounds import Rounds
 
 
@@ -34,13 +34,32 @@ class MajorityRounds(Rounds):
         # in the catching-up call, as the original library did, runs rounds
         # ahead of the ranks that wait: NAP 6.7 instead of 16 at P = 32.)
         # While someone flushes, a fresh caller starts its own round.
-        if fresh and (flushing or
-                      designated(self.seed, rnd, self.size) == self.rank):
+        # Any other fresh caller runs its own part of the round at once
+        # (its snapshot and first exchange: `start` activates no one), so
+        # that once the initiator comes only the initiator's data is left
+        # to cross the exchange; what each round holds is unchanged.
+        if not fresh:
+            return
+        if flushing or designated(self.seed, rnd, self.size) == self.rank:
             self.fire(self._trigger, rnd, wake)
+        else:
+            self.fire(self._start, rnd, wake)
 
     def waits_for(self, rnd):
         return (f"rank {designated(self.seed, rnd, self.size)}, drawn to "
                 f"start it")
+
+    def activate(self, s, P, rank, tags, heard=(), book=None):
+        if heard:
+            # two ranks, the data is the activation: the peer's data starts
+            # the round here unless this rank is the one drawn for it and
+            # the peer's round is a plain one (csrc/partial/book.c,
+            # partial.drawn), so a caller sends its data at once and the
+            # initiator's call completes the round
+            gate = s.callback(_calls.DRAWN, *book, rank, after=list(heard))
+            return schedule.any_rank_activation(s, P, rank, tags, [gate])
+        return schedule.any_rank_activation(s, P, rank, tags,
+                                            self_start=True)
 
 
 class QuorumRounds(Rounds):
@@ -71,7 +90,7 @@ class QuorumRounds(Rounds):
                                 f"{quorum!r}")
         return int(quorum)
 
-    def activate(self, s, P, rank, tags, heard=()):
+    def activate(self, s, P, rank, tags, heard=(), book=None):
         # one arrival is a quorum: any caller starts the round, as solo's
         # do, with no count at rank 0 (nor its hop)
         if self.quorum == 1:

@@ -135,8 +135,10 @@ class Rounds(Synchronous, Survival, Blocking):
         """The kind's quorum, checked (None: the kind has none)."""
         return None
 
-    def activate(self, s, P, rank, tags, heard=()):
-        """Build the kind's activation into ``s`` (see :mod:`.schedule`)."""
+    def activate(self, s, P, rank, tags, heard=(), book=None):
+        """Build the kind's activation into ``s`` (see :mod:`.schedule`);
+        ``book``: with ``heard``, the slots of the bookkeeping and of the
+        flags the peer's data carries, where a kind's gate reads them."""
         return schedule.any_rank_activation(s, P, rank, tags, heard)
 
     def _check_consistent(self, lc, algorithm, problem=None):
@@ -178,7 +180,7 @@ class Rounds(Synchronous, Survival, Blocking):
         if failures.extensions_in_use():
             self._last = mem.empty(n, self.dtype)
             self._send = mem.empty(n, self.dtype)
-        self._meta = schedule.meta_buffers(self.size, self.rank)
+        self._meta = schedule.meta_buffers(self.size, self.rank, self.seed)
         self._late_slot = 3 + self.rank
 
     def _make_schedule(self):
@@ -198,6 +200,7 @@ class Rounds(Synchronous, Survival, Blocking):
             algorithm=self._algorithm, priority=self.priority,
             stamp_id=stamp_id, tag0=self._tag0, activate=self.activate))
         self._trigger, self._bypass = act.trigger, act.bypass
+        self._start = act.start
         self._quick = False
         self._fast = self._make_fast()
 

@@ -24,11 +24,27 @@ round is one message each way (:func:`_build_eager`).
     Either way any P works and simultaneous initiators give one round
     (consumable ops + round-stamped messages).
   - majority: the same, but only the rank drawn for the round (a hash of
-    a seed shared by all ranks and the round number) fires T.
+    a seed shared by all ranks and the round number) fires T.  The other
+    fresh callers fire a second trigger, S, that activates this rank
+    alone (no message): they snapshot and send their part of the
+    exchange at once, and the round waits for the initiator all the
+    same, since nobody else has its data.  At two ranks, where the data
+    is the activation, the peer's data passes a gate (a callback op,
+    ``partial.drawn``) that declines on the round's drawn rank unless
+    the peer started the round in a synchronous round or while flushing.
   - quorum(k): every caller sends a stamped arrival to rank 0, whose
     activation NOP needs k of the P arrivals, then sends the activation
-    as solo's T does.  quorum(1) is activated as solo is: one arrival is
-    a quorum, so counting it at rank 0 would only add a hop.
+    as solo's T does; T also activates its caller's own part (the
+    self-start of majority's S).  A rank that did not call takes part
+    only once activated, after k arrivals, so a round still has k fresh
+    ranks or all of them.  quorum(1) is activated as solo is: one
+    arrival is a quorum, so counting it at rank 0 would only add a hop.
+
+  Why the callers start their own part: the rank whose call completes a
+  round (majority's initiator, quorum's k-th) then finds its peers'
+  first messages waiting, and the round after its call is the
+  exchange's hops from it alone, not an activation hop, each rank's
+  snapshot and then the exchange.
 
   Why direct sends up to FLAT_MAX: a rank that is not inside a call
   hears a message when its progress thread next polls, tens of
@@ -89,8 +105,8 @@ SUM = OPS["SUM"]
 META = ("flag", "reset", "one", "meta_send", "dep_seq",
         "round_seq", "acc_seq", "acc_rounds", "last_active", "snaps",
         "prev_seq", "acc_lo", "last_flush", "last_bypass", "flush_total",
-        "stat_rounds", "late_total", "lag", "lag_total", "plain", "late",
-        "ones")
+        "seed", "stat_rounds", "late_total", "lag", "lag_total", "plain",
+        "late", "ones")
 #: those of 3 + 2P elements (the flags, and what the meta allreduce sends;
 #: its result and scratch belong to the schedule, see :func:`build`)
 FLAGS = ("flag", "reset", "meta_send")
@@ -119,11 +135,12 @@ def tag_block_size(P):
     return tag_layout(P, 0)["end"]
 
 
-def meta_buffers(P, rank):
+def meta_buffers(P, rank, seed=0):
     """The bookkeeping buffers of an object at ``rank`` of P (see
-    :data:`META`), initialised: this rank is late until it deposits.  They
-    are views of one int64 array, ``meta["book"]``, in :data:`META`'s
-    order: the round's bookkeeping ops are two native callbacks on it
+    :data:`META`), initialised: this rank is late until it deposits, and
+    ``seed`` is the draw's (majority's, as an int64 of the same 64 bits).
+    They are views of one int64 array, ``meta["book"]``, in :data:`META`'s
+    order: the round's bookkeeping ops are native callbacks on it
     (``csrc/partial/book.c``)."""
     sizes = [3 + 2 * P if k in FLAGS else P if k in PER_RANK else 1
              for k in META]
@@ -133,6 +150,8 @@ def meta_buffers(P, rank):
     meta["book"] = book
     meta["one"][0] = 1
     meta["ones"][...] = 1
+    meta["seed"][...] = np.array([seed & (2**64 - 1)], np.uint64).view(
+        np.int64)
     for k in ("flag", "reset"):
         meta[k][3 + rank] = 1
     return meta
@@ -142,11 +161,14 @@ class Activation:
     """The activation part of a round's schedule: ``trigger`` (the op a
     caller fires to start or join a round), ``bypass`` (the op that starts
     a synchronous round, or a round while someone flushes; solo and
-    majority: the trigger itself) and ``done`` (the op after which the
-    round runs)."""
+    majority: the trigger itself), ``done`` (the op after which the round
+    runs) and ``start`` (the op a fresh caller whose call activates no
+    one fires, to run its part of the round at once: majority's callers
+    other than the drawn one; else the trigger)."""
 
-    def __init__(self, trigger, bypass, done):
+    def __init__(self, trigger, bypass, done, start=None):
         self.trigger, self.bypass, self.done = trigger, bypass, done
+        self.start = trigger if start is None else start
 
 
 #: up to this many ranks an activation goes from its initiator to every
@@ -154,18 +176,23 @@ class Activation:
 FLAT_MAX = 64
 
 
-def any_rank_activation(s, P, rank, tags, heard=()):
+def any_rank_activation(s, P, rank, tags, heard=(), self_start=False):
     """Solo's and majority's activation: the trigger, or an activation
     message, activates.  Up to :data:`FLAT_MAX` ranks the trigger sends
     to every other rank; above, each rank forwards on the circulant
     dimensions above the one it heard on.  ``heard``: at two ranks, the
     receive of the peer's data when the data is the activation (see
-    :func:`build`): no activation messages then."""
+    :func:`build`), or a gate after it that may decline (majority's):
+    no activation messages then, and only ``heard`` delivered counts.
+    ``self_start``: a second trigger (:attr:`Activation.start`) that
+    runs this rank's part of the round and sends no activation."""
     trigger = s.trigger(optional=True)
     tag0 = tags["activation"]
     if heard:
         return Activation(trigger, trigger,
-                          s.nop(after=[trigger] + list(heard), mode=1))
+                          s.nop(after=[trigger] + list(heard), mode=1,
+                                delivered=True))
+    start = [s.trigger(optional=True)] if self_start else []
     if P <= FLAT_MAX:
         others = [(rank + d) % P for d in range(1, P)]
         recvs = [s.recv(peer=p, tag=tag0, stamped=True, optional=True)
@@ -179,7 +206,8 @@ def any_rank_activation(s, P, rank, tags, heard=()):
             s.send(peer=(rank + (1 << j)) % P, tag=tag0 + j, stamped=True,
                    optional=True, after=[trigger] + recvs[:j], mode=1)
     return Activation(trigger, trigger,
-                      s.nop(after=[trigger] + recvs, mode=1))
+                      s.nop(after=[trigger] + start + recvs, mode=1),
+                      *start)
 
 
 def _send_to_all(s, peers, tag, act):
@@ -194,14 +222,22 @@ def quorum_activation(s, P, rank, tags, quorum, heard=()):
     directly up to :data:`FLAT_MAX` ranks, else on the circulant
     trees).  A second trigger (the bypass: synchronous rounds,
     flush-started rounds and callers while someone flushes) sends a flush
-    arrival instead, and any one flush arrival activates on its own::
+    arrival instead, and any one flush arrival activates on its own.  A
+    fresh caller runs its own part of the round at once (its trigger
+    also starts it here); only the ranks that did not call wait for the
+    activation, so the quorum still holds: the round cannot complete
+    before every rank took part, and a rank that did not call takes part
+    only once k arrivals were counted::
 
         rank 0:  count = k of (T, arrivals 1..P-1)        (optional)
                  act   = ANY(count, bypass, flush arrivals 1..P-1)
+                 done  = ANY(act, T)
+        rank r:  done  = ANY(activation from rank 0, T)
 
     ``heard``: at two ranks, the receive of the peer's data when the data
     is the activation (see :func:`build`): rank 0 sends no activation
-    message, rank 1 starts on rank 0's data.
+    message, rank 1 starts on rank 0's data, and rank 0 waits for its
+    count (its data would activate rank 1).
     """
     trigger = s.trigger(optional=True)
     bypass = s.trigger(optional=True)
@@ -218,26 +254,28 @@ def quorum_activation(s, P, rank, tags, quorum, heard=()):
             return Activation(trigger, bypass, act)
         if P <= FLAT_MAX:
             _send_to_all(s, range(1, P), tag0, act)
-            return Activation(trigger, bypass, act)
-        for j in dims:
-            s.send(peer=1 << j, tag=tag0 + j, stamped=True, optional=True,
-                   after=[act])
-        return Activation(trigger, bypass, act)
+        else:
+            for j in dims:
+                s.send(peer=1 << j, tag=tag0 + j, stamped=True,
+                       optional=True, after=[act])
+        return Activation(trigger, bypass,
+                          s.nop(after=[act, trigger], mode=1))
     s.send(peer=0, tag=tags["arrive"], stamped=True, optional=True,
            after=[trigger])
     s.send(peer=0, tag=tags["flush_arrive"], stamped=True, optional=True,
            after=[bypass])
     if heard:
-        return Activation(trigger, bypass, s.nop(after=list(heard), mode=1))
-    if P <= FLAT_MAX:
-        heard = s.recv(peer=0, tag=tag0, stamped=True, optional=True)
-        return Activation(trigger, bypass, s.nop(after=[heard], mode=1))
-    recvs = [s.recv(peer=(rank - (1 << j)) % P, tag=tag0 + j, stamped=True,
-                    optional=True) for j in dims]
-    for j in dims[1:]:
-        s.send(peer=(rank + (1 << j)) % P, tag=tag0 + j, stamped=True,
-               optional=True, after=recvs[:j], mode=1)
-    return Activation(trigger, bypass, s.nop(after=recvs, mode=1))
+        recvs = list(heard)
+    elif P <= FLAT_MAX:
+        recvs = [s.recv(peer=0, tag=tag0, stamped=True, optional=True)]
+    else:
+        recvs = [s.recv(peer=(rank - (1 << j)) % P, tag=tag0 + j,
+                        stamped=True, optional=True) for j in dims]
+        for j in dims[1:]:
+            s.send(peer=(rank + (1 << j)) % P, tag=tag0 + j, stamped=True,
+                   optional=True, after=recvs[:j], mode=1)
+    return Activation(trigger, bypass,
+                      s.nop(after=recvs + [trigger], mode=1))
 
 
 class RoundSpec:
@@ -322,8 +360,10 @@ def _build_eager(s, spec, b, wire, tags):
     one stamped message::
 
         heard = stamped recv(tmp_wire <- peer)
-        act   = ANY(T, heard)  (the kind's: majority's T fires on the
-                                drawn rank only, quorum's on rank 0)
+        act   = ANY(T, heard)  (the kind's: majority's heard passes a
+                                gate that declines on the round's drawn
+                                rank, whose own call alone starts it;
+                                quorum's act at rank 0 is its count)
         snapshot -> stamped send(recv_wire -> peer) -> recv op= tmp
 
     One message each way per round, as ``MPI_Allreduce`` sends, where an
@@ -333,7 +373,8 @@ def _build_eager(s, spec, b, wire, tags):
     peer = 1 - spec.rank
     tag = tags["activation"]
     heard = s.recv(wire[1], peer, tag=tag, stamped=True)
-    act = spec.activate(s, 2, spec.rank, tags, heard=[heard])
+    act = spec.activate(s, 2, spec.rank, tags, heard=[heard],
+                        book=(b["book"], b["meta_tmp"]))
     snap = _snapshot(s, b, act.done, True, True, 2)
     sent = s.send(wire[0], peer, tag=tag, stamped=True, after=[snap])
     done = s.nop(after=[s.reduce(b["recv"], b["tmp"], spec.op,

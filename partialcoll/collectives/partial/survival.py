@@ -143,7 +143,7 @@ class Survival:
         self.size, self.rank = P, self.lc.rank
         if self.quorum is not None:
             self.quorum = min(self.quorum, P)
-        m = self._meta = schedule.meta_buffers(P, self.rank)
+        m = self._meta = schedule.meta_buffers(P, self.rank, self.seed)
         for k in ("dep_seq", "round_seq", "acc_seq", "acc_rounds", "acc_lo",
                   "prev_seq", "last_active", "last_flush", "last_bypass"):
             m[k][0] = old[k][0]
