@@ -195,7 +195,7 @@ double pc_engine_hold_us(void)
 
 /* The first driver arrives: did it come back within HOLD_US of the last
  * one's leaving? */
-static void arrive(void)
+static void driver_arrives(void)
 {
     double left = atomic_load(&pc_engine.left_at);
     atomic_store(&pc_engine.came_back,
@@ -213,7 +213,7 @@ int pc_engine_wait(pc_sched *s, uint64_t upto, double timeout)
     if (atomic_load_explicit(&s->done, memory_order_acquire) >= upto)
         return atomic_load(&s->error);
     if (atomic_fetch_add(&pc_engine.drivers, 1) == 0)
-        arrive();
+        driver_arrives();
     for (;;) {
         if ((rc = ended(s)) != PC_OK)
             break;
