@@ -103,6 +103,43 @@ def test_in_place_and_buffer_forms():
     assert r[0] == P - 1
 
 
+def test_repeated_calls_of_a_signature_check_and_reduce_each_call():
+    """The second and later calls of a signature take the cached plan (at
+    one rank a copy): each still reduces its own data, in place or not,
+    into a receive buffer of another shape, and refuses what the first
+    call refuses, leaving the receive buffer as it was."""
+    comm = MPI.COMM_WORLD
+    P = comm.size
+    total = P * (P - 1) // 2
+    out = np.empty(4)
+    for step in range(4):
+        x = np.arange(4.0) + comm.rank + step
+        assert pc.allreduce(x, out) is out
+        np.testing.assert_array_equal(out, P * (np.arange(4.0) + step) +
+                                      total)
+        assert pc.allreduce(x, x) is x
+        np.testing.assert_array_equal(x, out)
+        y = np.arange(4.0) + comm.rank + step
+        assert pc.allreduce(MPI.IN_PLACE, y) is y
+        np.testing.assert_array_equal(y, out)
+    square = np.empty((2, 2))
+    pc.allreduce(np.full(4, 1.0 + comm.rank), square)
+    np.testing.assert_array_equal(square, np.full((2, 2), P + total))
+    wide = np.arange(8.0)
+    with pytest.raises(pc.ScheduleError, match="C-contiguous"):
+        pc.allreduce(wide[::2], out)
+    before = out.copy()
+    with pytest.raises(pc.ScheduleError, match="C-contiguous"):
+        pc.allreduce(np.ones(4), wide[::2])
+    frozen = np.zeros(4)
+    frozen.flags.writeable = False
+    with pytest.raises(pc.ScheduleError, match="read-only|writable"):
+        pc.allreduce(np.ones(4), frozen)
+    assert not frozen.any()
+    np.testing.assert_array_equal(out, before)
+    np.testing.assert_array_equal(wide, np.arange(8.0))
+
+
 def test_iallreduce_many_outstanding():
     comm = MPI.COMM_WORLD
     xs = [np.full(17 + i, i + comm.rank, np.int64) for i in range(20)]

@@ -16,8 +16,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ..core import devices, libcomm
-from ..core.buffers import Buffer
+from ..core.buffers import Buffer, as_array
 from ..core.checks import check_comm
+from ..core.errors import ScheduleError
 from ..core.ops import OPS, Op, OpLike, as_op, is_average
 from ..core.request import Done, Request, RoundRequest
 from . import staging
@@ -37,6 +38,42 @@ class Plan:
     def __init__(self, lc, entry):
         self.lc, self.entry, self.ntags = lc, entry, entry.ntags
         self.run, self.idle = entry.schedule.runner()
+
+
+class _OneRankPlan:
+    """:class:`Plan` of a communicator of one rank: the result is the
+    input, copied unless in place (no schedule; its ``entry`` is itself,
+    with nothing to give back)."""
+
+    __slots__ = ("lc", "entry", "ntags")
+
+    def __init__(self, lc):
+        self.lc, self.entry, self.ntags = lc, self, 0
+
+    @staticmethod
+    def idle():
+        return True
+
+    def give_back(self):
+        pass
+
+    @staticmethod
+    def run(send, recv, tag_base):
+        if send is recv:
+            return
+        into = recv.flags
+        if not (into.c_contiguous and into.writeable and
+                send.flags.c_contiguous and send.shape == recv.shape):
+            # the checks of the first call (arguments.prepare) that depend
+            # on the buffers: the C runner makes them at more ranks
+            send, recv = as_array(send, "sendbuf"), as_array(recv, "recvbuf")
+            if not into.writeable:
+                raise ScheduleError("recvbuf is read-only")
+        recv[...] = send
+
+
+def _plan_key(send, op, algorithm, in_place, priority):
+    return (send.dtype, send.size, as_op(op), algorithm, in_place, priority)
 
 
 def _select(sendbuf, recvbuf, op, comm, algorithm, priority=0):
@@ -162,6 +199,8 @@ def allreduce(sendbuf: Buffer, recvbuf: Buffer = None, op: OpLike = SUM,
     """
     if comm is None:
         comm = MPI.COMM_WORLD
+    if sendbuf is MPI.IN_PLACE and type(recvbuf) is np.ndarray:
+        sendbuf = recvbuf       # the same call (prepare takes both as in place)
     if (type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
             and type(op) is Op and (compression is None
                                     or compression is _STAGED)):
@@ -210,6 +249,13 @@ def allreduce(sendbuf: Buffer, recvbuf: Buffer = None, op: OpLike = SUM,
     send, recv, result, lc, entry, tags = _select(sendbuf, recvbuf, op, comm,
                                                   algorithm, priority)
     if entry is None:
+        if (type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
+                and send.size and send.dtype != np.float16):
+            # one rank: later calls of the signature take the cached copy
+            lc = libcomm.library_comm(check_comm(comm))
+            lc.cache.setdefault("allreduce.plans", {})[_plan_key(
+                send, op, algorithm, send is recv, priority)] = \
+                _OneRankPlan(lc)
         return result
     try:
         entry.schedule.run(send, recv, tags)
@@ -218,9 +264,8 @@ def allreduce(sendbuf: Buffer, recvbuf: Buffer = None, op: OpLike = SUM,
     # (never float16: uncompressed, it is staged through float32)
     if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray and \
             send.dtype != np.float16:
-        lc.cache.setdefault("allreduce.plans", {})[
-            (send.dtype, send.size, as_op(op), algorithm, send is recv,
-             priority)] = Plan(lc, entry)
+        lc.cache.setdefault("allreduce.plans", {})[_plan_key(
+            send, op, algorithm, send is recv, priority)] = Plan(lc, entry)
     return result
 
 
