@@ -72,8 +72,20 @@ class _OneRankPlan:
         recv[...] = send
 
 
-def _plan_key(send, op, algorithm, in_place, priority):
-    return (send.dtype, send.size, as_op(op), algorithm, in_place, priority)
+def _one_rank(sendbuf, recvbuf, send, recv, op, comm, algorithm, priority):
+    """After a blocking call of NumPy arrays at one rank: later calls of
+    its signature take the cached copy (:class:`_OneRankPlan`)."""
+    if (type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
+            and send.size and send.dtype != np.float16):
+        lc = libcomm.library_comm(check_comm(comm))
+        _keep(lc, _OneRankPlan(lc), send, recv, op, algorithm, priority)
+
+
+def _keep(lc, plan, send, recv, op, algorithm, priority):
+    """Cache ``plan`` for the blocking calls of this signature on ``lc``."""
+    lc.cache.setdefault("allreduce.plans", {})[
+        (send.dtype, send.size, as_op(op), algorithm, send is recv,
+         priority)] = plan
 
 
 def _select(sendbuf, recvbuf, op, comm, algorithm, priority=0):
@@ -248,14 +260,8 @@ def allreduce(sendbuf: Buffer, recvbuf: Buffer = None, op: OpLike = SUM,
                            priority).wait()
     send, recv, result, lc, entry, tags = _select(sendbuf, recvbuf, op, comm,
                                                   algorithm, priority)
-    if entry is None:
-        if (type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
-                and send.size and send.dtype != np.float16):
-            # one rank: later calls of the signature take the cached copy
-            lc = libcomm.library_comm(check_comm(comm))
-            lc.cache.setdefault("allreduce.plans", {})[_plan_key(
-                send, op, algorithm, send is recv, priority)] = \
-                _OneRankPlan(lc)
+    if entry is None:       # one rank, or nothing to reduce
+        _one_rank(sendbuf, recvbuf, send, recv, op, comm, algorithm, priority)
         return result
     try:
         entry.schedule.run(send, recv, tags)
@@ -264,8 +270,7 @@ def allreduce(sendbuf: Buffer, recvbuf: Buffer = None, op: OpLike = SUM,
     # (never float16: uncompressed, it is staged through float32)
     if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray and \
             send.dtype != np.float16:
-        lc.cache.setdefault("allreduce.plans", {})[_plan_key(
-            send, op, algorithm, send is recv, priority)] = Plan(lc, entry)
+        _keep(lc, Plan(lc, entry), send, recv, op, algorithm, priority)
     return result
 
 
