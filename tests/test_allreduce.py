@@ -126,9 +126,9 @@ def test_repeated_calls_of_a_signature_check_and_reduce_each_call():
     pc.allreduce(np.full(4, 1.0 + comm.rank), square)
     np.testing.assert_array_equal(square, np.full((2, 2), P + total))
     wide = np.arange(8.0)
+    before = out.copy()
     with pytest.raises(pc.ScheduleError, match="C-contiguous"):
         pc.allreduce(wide[::2], out)
-    before = out.copy()
     with pytest.raises(pc.ScheduleError, match="C-contiguous"):
         pc.allreduce(np.ones(4), wide[::2])
     frozen = np.zeros(4)
