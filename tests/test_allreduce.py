@@ -136,6 +136,13 @@ def test_repeated_calls_of_a_signature_check_and_reduce_each_call():
     with pytest.raises(pc.ScheduleError, match="read-only|writable"):
         pc.allreduce(np.ones(4), frozen)
     assert not frozen.any()
+    with pytest.raises(pc.ScheduleError, match="overlap"):
+        pc.allreduce(wide[:4], wide[2:6])
+    for other in (np.zeros(4, np.int64), np.zeros(4, ">f8"), np.zeros(5),
+                  np.zeros(4, np.float32)):
+        with pytest.raises(pc.ScheduleError, match="does not match"):
+            pc.allreduce(np.ones(4), other)
+        assert not other.any()
     np.testing.assert_array_equal(out, before)
     np.testing.assert_array_equal(wide, np.arange(8.0))
 

@@ -552,3 +552,19 @@ def test_dot_export_names_a_priority_read_from_a_slot():
     dot = s.to_dot()
     assert f"prio {prio[1:2]!r}" in dot, dot
     assert "prio 7" in dot and "prio 0" not in dot, dot
+
+
+def test_apart_takes_alike_buffers_whose_memory_is_apart():
+    """The cached allreduce plan's one check (core.buffers.apart): one
+    format and length, a writable C-contiguous receive buffer, no
+    overlap; anything else is False (the checked path then says why)."""
+    from partialcoll.core.buffers import apart
+    a, b = np.ones(8), np.empty(8)
+    assert apart(a, b) and apart(a[:4], a[4:]) and apart(a, b.reshape(2, 4))
+    assert not apart(a, a) and not apart(a[:5], a[3:])
+    frozen = np.empty(8)
+    frozen.flags.writeable = False
+    for other in (b.view(np.int64), np.empty(8, ">f8"), np.empty(9),
+                  np.empty(16, np.float32), frozen, np.empty(16)[::2], 3):
+        assert not apart(a, other), other
+    assert not apart(np.empty(16)[::2], b)

@@ -5,6 +5,7 @@
 #include "common/pc_trace.h"
 
 #include <math.h>
+#include <string.h>
 
 /* shutdown(drain_timeout) -> sends that never completed */
 static PyObject *mod_shutdown(PyObject *m, PyObject *args)
@@ -355,7 +356,42 @@ static PyObject *mod_callback_id(PyObject *m, PyObject *name)
     return PyLong_FromLong(id);
 }
 
+/* apart(send, recv): whether a cached plan's call may take these two
+ * buffers as they are: C-contiguous, of one format and length, recv
+ * writable, their memory apart.  Never an error: on False the caller takes
+ * its checked path, which says what is wrong. */
+static PyObject *mod_apart(PyObject *m, PyObject *const *args, Py_ssize_t n)
+{
+    (void)m;
+    if (n != 2) {
+        PyErr_SetString(PyExc_TypeError, "apart() takes two buffers");
+        return NULL;
+    }
+    Py_buffer a, b;
+    if (PyObject_GetBuffer(args[0], &a, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) <
+        0) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    if (PyObject_GetBuffer(args[1], &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
+                                            PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        PyBuffer_Release(&a);
+        Py_RETURN_FALSE;
+    }
+    const char *pa = a.buf, *pb = b.buf;
+    int ok = a.len == b.len && a.itemsize == b.itemsize &&
+             strcmp(a.format ? a.format : "B", b.format ? b.format : "B") ==
+                 0 &&
+             (pa + a.len <= pb || pb + b.len <= pa);
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&a);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef mod_methods[] = {
+    {"apart", (PyCFunction)(void (*)(void))mod_apart, METH_FASTCALL,
+     "two buffers alike and apart (a cached plan's check)"},
     {"set_exceptions", pc_set_exceptions, METH_O, "map codes to classes"},
     {"shutdown", mod_shutdown, METH_VARARGS,
      "shutdown(drain_timeout=5.0) -> schedules whose sends never completed"},

@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..core import devices, libcomm
-from ..core.buffers import Buffer, as_array
+from ..core.buffers import Buffer, apart, as_array
 from ..core.checks import check_comm
 from ..core.errors import ScheduleError
 from ..core.ops import OPS, Op, OpLike, as_op, is_average
@@ -218,10 +218,10 @@ def allreduce(sendbuf: Buffer, recvbuf: Buffer = None, op: OpLike = SUM,
                                     or compression is _STAGED)):
         plan = _find_plan(comm, (sendbuf.dtype, sendbuf.size, op, algorithm,
                                  sendbuf is recvbuf, priority))
-        if (plan is not None and recvbuf.dtype == sendbuf.dtype
-                and recvbuf.size == sendbuf.size
-                and (sendbuf is recvbuf
-                     or not np.may_share_memory(sendbuf, recvbuf))
+        # apart: one dtype and size, recvbuf writable, no overlap (else the
+        # checked path below says what is wrong)
+        if (plan is not None and (sendbuf is recvbuf
+                                  or apart(sendbuf, recvbuf))
                 # busy (an iallreduce of this signature runs): the pool has
                 # another.  Checked before taking a tag block: every rank
                 # must take exactly one per call, busy or not.

@@ -9,6 +9,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
+from .. import _core
 from .errors import ArgumentTypeError, ScheduleError
 
 #: What the public API's annotations call a buffer: a NumPy array, a CuPy
@@ -38,6 +39,14 @@ def as_array(buf, what="buffer"):
         raise ScheduleError(f"{what} must be C-contiguous (use "
                             "numpy.ascontiguousarray)")
     return arr.reshape(-1)
+
+
+def apart(send: Any, recv: Any) -> bool:
+    """Whether ``recv`` can take ``send``'s data as it is: both
+    C-contiguous buffers of one format and length, ``recv`` writable, their
+    memory apart (one call into C, never an error: where it says False,
+    :func:`as_array` and the caller's own checks say what is wrong)."""
+    return _core.apart(send, recv)
 
 
 def _from_spec(spec, what):
