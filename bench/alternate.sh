@@ -1,6 +1,25 @@
 # Sourced by the A/B scripts of bench/: the pairs of runs of two builds
 # and the table of their ratios to MPI_Allreduce.
 #
+# fresh_out: an empty $OUT.
+fresh_out() {
+    rm -rf "$OUT"
+    mkdir -p "$OUT"
+}
+
+# each_rank SIDE VENV I PREFIX ARGS...: `partialcoll-bench ARGS` with
+# VENV's partialcoll at every P of $RANKS, each under a time limit of
+# $LIMIT seconds (default 300), its CSV to $OUT/<PREFIX><P>_<SIDE>_<I>.csv.
+each_rank() {
+    local side=$1 venv=$2 i=$3 prefix=$4
+    shift 4
+    for P in $RANKS; do
+        PATH="$venv/bin:$PATH" timeout "${LIMIT:-300}" mpiexec -n "$P" \
+            partialcoll-bench "$@" \
+            --csv "$OUT/$prefix${P}_${side}_$i.csv" > /dev/null
+    done
+}
+
 # alternate PAIRS BEFORE_VENV AFTER_VENV: calls the script's
 # `run SIDE VENV I` (SIDE: before or after) for each of the PAIRS pairs,
 # the side that goes first alternating, so that neither build always runs

@@ -21,14 +21,9 @@ STEP=${4:-0}
 RANKS=${5:-2 4 8}
 OUT=bench/out/latency_ab
 . bench/alternate.sh
-rm -rf "$OUT"
-mkdir -p "$OUT"
+fresh_out
 run() {   # side venv i
-    for P in $RANKS; do
-        PATH="$2/bin:$PATH" timeout 300 mpiexec -n "$P" partialcoll-bench \
-            latency --step-ms "$STEP" --iters 200 \
-            --csv "$OUT/lat${P}_$1_$3.csv" > /dev/null
-    done
+    each_rank "$@" lat latency --step-ms "$STEP" --iters 200
 }
 alternate "$PAIRS" "$BEFORE" "$AFTER"
 ratios "$OUT" "$PAIRS" lat avg_ms 1000 - $RANKS

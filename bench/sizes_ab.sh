@@ -20,14 +20,10 @@ RANKS=${4:-2 4}
 SIZES=${5:-256K:4M}
 OUT=bench/out/sizes_ab
 . bench/alternate.sh
-rm -rf "$OUT"
-mkdir -p "$OUT"
+fresh_out
 run() {   # side venv i
-    for P in $RANKS; do
-        PATH="$2/bin:$PATH" timeout 600 mpiexec -n "$P" partialcoll-bench \
-            allreduce -m "$SIZES" -f 4 -i 30 -x 5 --placement out \
-            --csv "$OUT/sz${P}_$1_$3.csv" > /dev/null
-    done
+    LIMIT=600 each_rank "$@" sz allreduce -m "$SIZES" -f 4 -i 30 -x 5 \
+        --placement out
 }
 alternate "$PAIRS" "$BEFORE" "$AFTER"
 ratios "$OUT" "$PAIRS" sz time_us 1 size $RANKS

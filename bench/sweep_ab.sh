@@ -18,13 +18,9 @@ PAIRS=${3:-10}
 RANKS=${4:-2 4}
 OUT=bench/out/sweep_ab
 . bench/alternate.sh
-rm -rf "$OUT"
-mkdir -p "$OUT"
+fresh_out
 run() {   # side venv i
-    for P in $RANKS; do
-        PATH="$2/bin:$PATH" timeout 300 mpiexec -n "$P" partialcoll-bench \
-            sweep --csv "$OUT/sweep${P}_$1_$3.csv" > /dev/null
-    done
+    each_rank "$@" sweep sweep
 }
 alternate "$PAIRS" "$BEFORE" "$AFTER"
 python3 - "$OUT" "$PAIRS" $RANKS <<'PY'
