@@ -41,12 +41,12 @@ def as_array(buf, what="buffer"):
     return arr.reshape(-1)
 
 
-def apart(send: Any, recv: Any) -> bool:
-    """Whether ``recv`` can take ``send``'s data as it is: both
-    C-contiguous buffers of one format and length, ``recv`` writable, their
-    memory apart (one call into C, never an error: where it says False,
-    :func:`as_array` and the caller's own checks say what is wrong)."""
-    return _core.apart(send, recv)
+#: ``apart(send, recv)``: whether ``recv`` can take ``send``'s data as it
+#: is: both C-contiguous buffers of one format and length, ``recv``
+#: writable, their memory apart (the C function itself, no Python frame on
+#: the allreduce fast path; never an error: where it says False,
+#: :func:`as_array` and the caller's own checks say what is wrong).
+apart = _core.apart
 
 
 def _from_spec(spec, what):
